@@ -1,0 +1,23 @@
+# The two commands a new user needs: `make run` (the demo) and `make test` (lint, types, tests).
+VENV := .venv
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: setup test lint run clean
+
+setup:
+	bash scripts/setup.sh
+
+lint: setup
+	$(BIN)/ruff check llamarl brokers workers tests scripts
+	$(BIN)/ruff format --check llamarl brokers workers tests scripts
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest -q tests
+
+run: setup
+	$(BIN)/llamarl run configs/tiny.yaml
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The ZeroMQ broker process and the Redis launch helpers used by embedded runs and tests."""

@@ -1,0 +1,175 @@
+"""The ZeroMQ broker: a validating fan-out forwarder and a credit-based work distributor.
+
+Fan-out (XSUB -> XPUB): every message published on a fan-out topic reaches every subscriber of
+that topic. XPUB drops for a subscriber whose queue is at the high-water mark; fan-out topics
+(versions, control, heartbeats) tolerate that because their state is also in Redis.
+
+Work (PULL -> ROUTER): a consumer (DEALER) sends `READY <topic> <n>` to grant n credits; each work
+message goes to exactly one consumer holding a credit, in grant order. The broker holds at most
+`max_queue` messages per work topic; when any topic's queue is full it stops reading producers,
+whose PUSH sockets then fill to their HWM and block: backpressure, never silent loss. Messages
+already handed to a consumer that dies are lost with it; prompt-ticket leases recover those.
+
+Every frame is validated (known topic, decodable envelope, kind allowed on the topic) before it is
+forwarded; rejects are counted by reason and the broker keeps serving.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, deque
+from collections.abc import Callable
+
+import msgpack
+import structlog
+import zmq
+
+from llamarl.errors import ProtocolError
+from llamarl.net import BrokerEndpoints, make_socket
+from llamarl.protocol import decode
+from llamarl.topics import FANOUT_TOPICS, WORK_TOPICS
+
+log = structlog.get_logger(__name__)
+POLL_MS = 100
+MAX_CREDIT_GRANT = 1000
+
+
+class Broker:
+    """Binds the four broker sockets and serves until `stop()` is called."""
+
+    def __init__(
+        self,
+        endpoints: BrokerEndpoints,
+        *,
+        hwm: int,
+        max_queue: int,
+        max_message_bytes: int,
+        on_reject: Callable[[str], None] | None = None,
+    ) -> None:
+        self.endpoints = endpoints
+        self.max_queue = max_queue
+        self.max_message_bytes = max_message_bytes
+        self.on_reject = on_reject
+        self.counters: Counter[str] = Counter()
+        self.queues: dict[str, deque[bytes]] = {topic: deque() for topic in WORK_TOPICS}
+        self.credits: dict[str, deque[bytes]] = {topic: deque() for topic in WORK_TOPICS}
+        self._stop = threading.Event()
+        self._ctx = zmq.Context()
+        self.pub_in = make_socket(self._ctx, zmq.XSUB, hwm)
+        self.sub_out = make_socket(self._ctx, zmq.XPUB, hwm)
+        self.work_in = make_socket(self._ctx, zmq.PULL, hwm)
+        self.work_out = make_socket(self._ctx, zmq.ROUTER, hwm)
+        self.work_out.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.pub_in.bind(endpoints.pub_in)
+        self.sub_out.bind(endpoints.sub_out)
+        self.work_in.bind(endpoints.work_in)
+        self.work_out.bind(endpoints.work_out)
+        # Take every publication so malformed ones are seen and counted; XPUB filters per topic.
+        self.pub_in.send(b"\x01")
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _reject(self, reason: str, detail: str) -> None:
+        self.counters[f"rejected.{reason}"] += 1
+        self.counters["rejected"] += 1
+        if self.counters[f"rejected.{reason}"] == 1:
+            log.warning("frame rejected", reason=reason, detail=detail[:200])
+        if self.on_reject is not None:
+            self.on_reject(reason)
+
+    def _valid(self, frames: list[bytes], topics: dict[str, frozenset[str]]) -> str | None:
+        """The frame's topic if it is well formed for `topics`, else None (counted)."""
+        if len(frames) != 2:
+            self._reject("bad_frames", f"{len(frames)} frames")
+            return None
+        topic = frames[0].decode("utf-8", "replace")
+        if topic not in topics:
+            self._reject("unknown_topic", topic[:40])
+            return None
+        try:
+            envelope = decode(frames[1], self.max_message_bytes)
+        except ProtocolError as err:
+            self._reject(err.reason, str(err))
+            return None
+        if envelope.kind not in topics[topic]:
+            self._reject("wrong_topic", f"{envelope.kind} on {topic}")
+            return None
+        return topic
+
+    def _forward_fanout(self) -> None:
+        frames = self.pub_in.recv_multipart(copy=True)
+        if self._valid(frames, FANOUT_TOPICS) is not None:
+            self.sub_out.send_multipart(frames)
+            self.counters["fanout"] += 1
+
+    def _accept_work(self) -> None:
+        frames = self.work_in.recv_multipart(copy=True)
+        topic = self._valid(frames, WORK_TOPICS)
+        if topic is not None:
+            self.queues[topic].append(frames[1])
+            self._dispatch(topic)
+
+    def _handle_consumer(self) -> None:
+        frames = self.work_out.recv_multipart(copy=True)
+        identity, command = frames[0], frames[1:]
+        if command == [b"STATS"]:
+            stats = dict(self.counters) | {f"queued.{t}": len(q) for t, q in self.queues.items()}
+            self._send_to(identity, [b"STATS", msgpack.packb(stats)])
+            return
+        if len(command) != 3 or command[0] != b"READY" or not command[2].isdigit():
+            self._reject("bad_command", repr(command[:1])[:60])
+            return
+        topic = command[1].decode("utf-8", "replace")
+        if topic not in WORK_TOPICS:
+            self._reject("unknown_topic", topic[:40])
+            return
+        grant = min(int(command[2]), MAX_CREDIT_GRANT)
+        self.credits[topic].extend([identity] * grant)
+        self._dispatch(topic)
+
+    def _send_to(self, identity: bytes, frames: list[bytes]) -> bool:
+        try:
+            self.work_out.send_multipart([identity, *frames], flags=zmq.NOBLOCK)
+            return True
+        except zmq.ZMQError:  # the consumer is gone or full: its credit is void
+            return False
+
+    def _dispatch(self, topic: str) -> None:
+        queue, credits = self.queues[topic], self.credits[topic]
+        while queue and credits:
+            identity = credits.popleft()
+            if self._send_to(identity, [topic.encode(), queue[0]]):
+                queue.popleft()
+                self.counters["work"] += 1
+
+    def _room_for_work(self) -> bool:
+        return all(len(q) < self.max_queue for q in self.queues.values())
+
+    def serve(self) -> None:
+        log.info("broker serving", endpoints=str(self.endpoints))
+        try:
+            while not self._stop.is_set():
+                poller = zmq.Poller()
+                poller.register(self.pub_in, zmq.POLLIN)
+                poller.register(self.sub_out, zmq.POLLIN)
+                poller.register(self.work_out, zmq.POLLIN)
+                if self._room_for_work():
+                    poller.register(self.work_in, zmq.POLLIN)
+                ready = dict(poller.poll(POLL_MS))
+                if self.pub_in in ready:
+                    self._forward_fanout()
+                if self.sub_out in ready:
+                    self.sub_out.recv_multipart()  # subscription notices; XPUB filters itself
+                if self.work_out in ready:
+                    self._handle_consumer()
+                if self.work_in in ready:
+                    self._accept_work()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for sock in (self.pub_in, self.sub_out, self.work_in, self.work_out):
+            sock.close(linger=0)
+        self._ctx.term()
+        log.info("broker stopped", counters=dict(self.counters))

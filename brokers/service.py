@@ -1,0 +1,69 @@
+"""The broker as a process: read config, bind, serve, exit 0 on SIGTERM or SIGINT.
+
+Rejected frames are counted in Redis (`rejected` hash, source `broker`) when the run has a Redis
+URL, and always in the broker's own counters (answered to `STATS` on the work socket).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from types import FrameType
+
+import structlog
+
+from brokers.broker import Broker
+from llamarl.config import RunConfig, load_config, parse_config
+from llamarl.errors import ConfigError
+from llamarl.log import configure_logging
+from llamarl.net import BrokerEndpoints
+from llamarl.version_store import VersionStore
+
+
+def build_broker(config: RunConfig, store: VersionStore | None) -> Broker:
+    if config.broker.port is None:
+        raise ConfigError("broker.port: a standalone broker needs a port (or LLAMARL_BROKER)")
+    on_reject = None if store is None else (lambda reason: store.count_rejected("broker", reason))
+    return Broker(
+        BrokerEndpoints(config.broker.host, config.broker.port),
+        hwm=config.broker.hwm,
+        max_queue=config.broker.max_queue,
+        max_message_bytes=config.broker.max_message_bytes,
+        on_reject=on_reject,
+    )
+
+
+def run_broker(config: RunConfig) -> int:
+    store = (
+        VersionStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
+        if config.redis.url
+        else None
+    )
+    broker = build_broker(config, store)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        broker.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    broker.serve()
+    if store is not None:
+        store.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="llamarl worker broker", description=__doc__)
+    parser.add_argument("--config", help="run config YAML (defaults apply when omitted)")
+    parser.add_argument("--worker-id", default="broker")
+    parser.add_argument("--log-format", choices=["auto", "console", "json"], default="auto")
+    args = parser.parse_args(argv)
+    configure_logging("broker", args.worker_id, args.log_format)
+    try:
+        config = load_config(args.config) if args.config else parse_config({})
+        return run_broker(config)
+    except ConfigError as err:
+        structlog.get_logger().error("config error", error=str(err))
+        print(f"config error: {err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,169 @@
+"""The bus client: publish/subscribe fan-out topics and push/pull work topics by name.
+
+One client per thread (ZeroMQ sockets are not thread-safe). Sockets are created on first use with
+explicit high-water marks and closed with linger 0. A push blocks while the broker applies
+backpressure and raises TimeoutError after `timeout_s` rather than dropping the message. Received
+frames are decoded and validated; a malformed one is counted through `on_reject` and skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import msgpack
+import zmq
+
+from llamarl.errors import ProtocolError
+from llamarl.net import BrokerEndpoints, make_socket
+from llamarl.protocol import Envelope, decode, encode, make_envelope
+from llamarl.topics import FANOUT_TOPICS, WORK_TOPICS
+
+RejectHook = Callable[[str], None]
+PUSH_LINGER_MS = 2000
+
+
+class _Receiver:
+    def __init__(self, sock: zmq.Socket, max_message_bytes: int, on_reject: RejectHook | None):
+        self.sock = sock
+        self.max_message_bytes = max_message_bytes
+        self.on_reject = on_reject
+
+    def _decode(self, frames: list[bytes]) -> Envelope | None:
+        try:
+            if len(frames) != 2:
+                raise ProtocolError("bad_frames", f"{len(frames)} frames")
+            return decode(frames[1], self.max_message_bytes)
+        except ProtocolError as err:
+            if self.on_reject is not None:
+                self.on_reject(err.reason)
+            return None
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+
+
+class Subscriber(_Receiver):
+    """Receives every message of the subscribed fan-out topics."""
+
+    def recv(self, timeout_ms: int) -> tuple[str, Envelope] | None:
+        if not self.sock.poll(timeout_ms):
+            return None
+        frames = self.sock.recv_multipart()
+        envelope = self._decode(frames)
+        return None if envelope is None else (frames[0].decode(), envelope)
+
+
+class Consumer(_Receiver):
+    """Competes with other consumers of one work topic; each message reaches exactly one."""
+
+    def __init__(self, sock: zmq.Socket, topic: str, credit: int, max_bytes: int, on_reject):
+        super().__init__(sock, max_bytes, on_reject)
+        self.topic = topic.encode()
+        sock.send_multipart([b"READY", self.topic, str(credit).encode()])
+
+    def recv(self, timeout_ms: int) -> Envelope | None:
+        if not self.sock.poll(timeout_ms):
+            return None
+        frames = self.sock.recv_multipart()
+        self.sock.send_multipart([b"READY", self.topic, b"1"])
+        return self._decode(frames)
+
+
+def query_broker_stats(endpoints: BrokerEndpoints, timeout_s: float = 5.0) -> dict[str, int]:
+    """The broker's counters (forwarded, rejected by reason, queued); also a health check."""
+    ctx = zmq.Context()
+    sock = make_socket(ctx, zmq.DEALER, 10)
+    try:
+        sock.connect(endpoints.work_out)
+        sock.send_multipart([b"STATS"])
+        if not sock.poll(int(timeout_s * 1000)):
+            raise TimeoutError(f"broker at {endpoints} did not answer within {timeout_s}s")
+        frames = sock.recv_multipart()
+        return dict(msgpack.unpackb(frames[1], raw=False))
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+
+
+class BusClient:
+    """A worker's handle on the broker; wraps payloads in envelopes carrying run and sender."""
+
+    def __init__(
+        self,
+        endpoints: BrokerEndpoints,
+        *,
+        run_id: str,
+        sender: str,
+        hwm: int = 1000,
+        max_message_bytes: int = 64 * 1024 * 1024,
+        on_reject: RejectHook | None = None,
+    ) -> None:
+        self.endpoints = endpoints
+        self.run_id = run_id
+        self.sender = sender
+        self.hwm = hwm
+        self.max_message_bytes = max_message_bytes
+        self.on_reject = on_reject
+        self._ctx = zmq.Context()
+        self._pub: zmq.Socket | None = None
+        self._push: zmq.Socket | None = None
+        self._receivers: list[_Receiver] = []
+
+    def _envelope(self, payload: Any, policy_version: int) -> bytes:
+        return encode(
+            make_envelope(
+                payload, run_id=self.run_id, sender=self.sender, policy_version=policy_version
+            )
+        )
+
+    def publish(self, topic: str, payload: Any, policy_version: int) -> None:
+        if topic not in FANOUT_TOPICS:
+            raise ValueError(f"{topic!r} is not a fan-out topic")
+        if self._pub is None:
+            self._pub = make_socket(self._ctx, zmq.PUB, self.hwm)
+            self._pub.connect(self.endpoints.pub_in)
+        self._pub.send_multipart([topic.encode(), self._envelope(payload, policy_version)])
+
+    def push(self, topic: str, payload: Any, policy_version: int, timeout_s: float = 60.0) -> None:
+        if topic not in WORK_TOPICS:
+            raise ValueError(f"{topic!r} is not a work topic")
+        if self._push is None:
+            self._push = make_socket(self._ctx, zmq.PUSH, self.hwm)
+            self._push.connect(self.endpoints.work_in)
+        frames = [topic.encode(), self._envelope(payload, policy_version)]
+        if not self._push.poll(int(timeout_s * 1000), zmq.POLLOUT):
+            raise TimeoutError(f"push to {topic} blocked for {timeout_s}s (broker backpressure)")
+        self._push.send_multipart(frames)
+
+    def subscribe(self, topics: Iterable[str]) -> Subscriber:
+        sock = make_socket(self._ctx, zmq.SUB, self.hwm)
+        for topic in topics:
+            if topic not in FANOUT_TOPICS:
+                raise ValueError(f"{topic!r} is not a fan-out topic")
+            # The trailing frame boundary is not part of the prefix match, so exact topic names
+            # must not prefix each other; FANOUT_TOPICS is chosen so.
+            sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
+        sock.connect(self.endpoints.sub_out)
+        receiver = Subscriber(sock, self.max_message_bytes, self.on_reject)
+        self._receivers.append(receiver)
+        return receiver
+
+    def consume(self, topic: str, credit: int = 2) -> Consumer:
+        if topic not in WORK_TOPICS:
+            raise ValueError(f"{topic!r} is not a work topic")
+        sock = make_socket(self._ctx, zmq.DEALER, self.hwm)
+        sock.connect(self.endpoints.work_out)
+        receiver = Consumer(sock, topic, credit, self.max_message_bytes, self.on_reject)
+        self._receivers.append(receiver)
+        return receiver
+
+    def close(self) -> None:
+        if self._pub is not None:
+            self._pub.close(linger=0)
+        if self._push is not None:
+            # Give queued work a moment to reach the broker; leases cover what still is lost.
+            self._push.close(linger=PUSH_LINGER_MS)
+        for receiver in self._receivers:
+            receiver.close()
+        self._ctx.term()

@@ -1,0 +1,78 @@
+"""The `llamarl` command: run a job, start one role, check a config, and the tools around them.
+
+Role entry points live in the `workers` and `brokers` packages; they are looked up by name here so
+the library never imports a worker at module load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from llamarl.config import dump_config, load_config
+from llamarl.errors import ConfigError
+
+ROLES = {
+    "broker": "brokers.service",
+    "generator": "workers.generator",
+    "reward": "workers.reward",
+    "trainer": "workers.trainer",
+}
+
+
+def _config_check(args: argparse.Namespace) -> int:
+    config = load_config(args.file)
+    sys.stdout.write(dump_config(config))
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    module = importlib.import_module(ROLES[args.role])
+    return int(module.main(args.rest))
+
+
+def _run(args: argparse.Namespace) -> int:
+    launcher = importlib.import_module("workers.launcher")
+    return int(launcher.main(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llamarl",
+        description="Asynchronous message-bus RL for causal LMs. Roles: " + ", ".join(ROLES),
+    )
+    parser.add_argument("--log-format", choices=["auto", "console", "json"], default="auto")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a whole job on this machine (private Redis + broker)")
+    run.add_argument("config", help="run config YAML")
+    run.add_argument("--mode", choices=["async", "sync"], default="async")
+    run.set_defaults(func=_run)
+
+    worker = sub.add_parser("worker", help="start one role: " + ", ".join(ROLES))
+    worker.add_argument("role", choices=sorted(ROLES))
+    worker.add_argument("rest", nargs=argparse.REMAINDER, help="the role's own options (--help)")
+    worker.set_defaults(func=_worker)
+
+    config = sub.add_parser("config", help="config tools")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    check = config_sub.add_parser("check", help="validate FILE and print the resolved config")
+    check.add_argument("file")
+    check.set_defaults(func=_config_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,250 @@
+"""Run configuration: one validated schema for every role, loaded from YAML plus env overrides.
+
+Every section forbids unknown keys and bounds its numbers, so a misspelt key or an out-of-range
+value is refused before anything starts, with a one-line error naming the field path. Containers
+override fields through the environment: `LLAMARL_REDIS_URL`, `LLAMARL_BROKER` (host:port),
+`LLAMARL_RUN_ID`, or any field as `LLAMARL__SECTION__FIELD=value` (value parsed as YAML).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from llamarl.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+class RedisConfig(_Section):
+    url: str | None = None
+    """redis:// or unix:// URL (password/ACL user in the URL); null starts a private embedded one."""
+    connect_deadline_s: float = Field(30.0, gt=0, le=3600)
+    """How long a worker keeps retrying an unreachable Redis before it exits non-zero."""
+
+
+class BrokerConfig(_Section):
+    host: str = "127.0.0.1"
+    """Host the broker binds (or workers connect to)."""
+    port: int | None = Field(None, ge=1024, le=65531)
+    """Base port; the broker uses port..port+3. null picks free ports (embedded runs only)."""
+    hwm: int = Field(1000, ge=1, le=1_000_000)
+    """ZeroMQ high-water mark per socket: messages queued per peer before backpressure."""
+    max_queue: int = Field(10_000, ge=1, le=10_000_000)
+    """Messages the broker holds per work topic; when full it stops reading producers."""
+    consumer_credit: int = Field(2, ge=1, le=1000)
+    """Work messages a consumer may hold unacknowledged (prefetch)."""
+    max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024, le=1 << 31)
+    """Frames larger than this are rejected before decoding."""
+
+
+class ModelConfig(_Section):
+    path: str | None = None
+    """Local Hugging Face causal-LM directory; null builds a tiny Llama from the fields below."""
+    hidden_size: int = Field(128, ge=8, le=16384)
+    """Hidden width of the built model."""
+    num_layers: int = Field(4, ge=1, le=128)
+    """Decoder layers of the built model."""
+    num_heads: int = Field(4, ge=1, le=128)
+    """Attention heads of the built model."""
+    intermediate_size: int = Field(256, ge=8, le=65536)
+    """MLP width of the built model."""
+    max_position_embeddings: int = Field(64, ge=8, le=131072)
+    """Longest prompt + completion the built model handles."""
+
+
+class TaskConfig(_Section):
+    kind: Literal["arithmetic", "jsonl", "parquet"] = "arithmetic"
+    """Built-in arithmetic task, or a prompt file."""
+    num_digits: int = Field(2, ge=1, le=9)
+    """Digits per operand of the arithmetic task."""
+    num_eval: int = Field(200, ge=1, le=100_000)
+    """Held-out prompts used for accuracy."""
+    path: str | None = None
+    """Prompt file for jsonl/parquet tasks."""
+    prompt_field: str = "prompt"
+    """Field holding the prompt text in the prompt file."""
+    answer_field: str = "answer"
+    """Field holding the reference answer in the prompt file."""
+    verifier: Literal["exact_int", "gsm8k", "math", "format"] = "exact_int"
+    """Reward function applied to each completion."""
+
+
+class GenerationConfig(_Section):
+    num_samples: int = Field(8, ge=1, le=1024)
+    """Completions sampled per prompt (the group size for advantages)."""
+    max_new_tokens: int = Field(6, ge=1, le=32768)
+    """Longest completion."""
+    temperature: float = Field(1.0, gt=0, le=10)
+    """Sampling temperature; behaviour log-probs are taken under the tempered distribution."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling mass; see README for how truncation enters mu and pi."""
+
+
+class AlgorithmConfig(_Section):
+    loss: Literal["aipo", "ppo_clip", "reinforce"] = "aipo"
+    """Policy loss."""
+    advantage: Literal["grpo", "rloo"] = "grpo"
+    """Group baseline."""
+    rho: float = Field(4.0, ge=1, le=100)
+    """AIPO truncation: per-token weight min(pi/mu, rho)."""
+    clip_eps: float = Field(0.2, gt=0, le=1)
+    """PPO-clip epsilon."""
+    kl_coef: float = Field(0.0, ge=0, le=10)
+    """Weight of the k3 KL penalty to the reference (initial) policy."""
+    aggregation: Literal["token_mean", "sequence_mean"] = "token_mean"
+    """How per-token losses are averaged."""
+
+
+class TrainerConfig(_Section):
+    lr: float = Field(5e-5, gt=0, le=1)
+    """RL learning rate (RL wants a much smaller step than SFT)."""
+    prompts_per_step: int = Field(16, ge=1, le=100_000)
+    """Prompt groups per optimizer step."""
+    num_steps: int = Field(100, ge=1, le=10_000_000)
+    """RL optimizer steps in a run."""
+    eval_every: int = Field(10, ge=1, le=1_000_000)
+    """Evaluate held-out accuracy every this many steps."""
+    sft_steps: int = Field(300, ge=0, le=10_000_000)
+    """Supervised warm-start steps before RL (0 to skip)."""
+    sft_lr: float = Field(3e-3, gt=0, le=1)
+    """Supervised warm-start learning rate."""
+    sft_batch_size: int = Field(64, ge=1, le=100_000)
+    """Supervised warm-start batch size."""
+    checkpoint_every: int = Field(20, ge=1, le=1_000_000)
+    """Checkpoint every this many steps."""
+    keep_checkpoints: int = Field(2, ge=1, le=1000)
+    """Checkpoints kept on disk."""
+    max_grad_norm: float = Field(1.0, gt=0, le=1e6)
+    """Gradient clipping norm."""
+
+
+class StalenessConfig(_Section):
+    max_staleness: int = Field(1, ge=0, le=1000)
+    """Versions a rollout may lag the trainer before it is dropped (k)."""
+    lease_s: float = Field(60.0, gt=0, le=86400)
+    """A claimed prompt ticket is reissued when its lease is not renewed for this long."""
+
+
+class SyncConfig(_Section):
+    transport: Literal["auto", "gloo", "nccl", "shm"] = "auto"
+    """Weight transport; auto = nccl on CUDA, else shm on one host, else gloo."""
+    bucket_mb: float = Field(16.0, gt=0, le=65536)
+    """Bucket size weights are streamed in."""
+    timeout_s: float = Field(60.0, gt=0, le=3600)
+    """Every transfer wait times out after this, naming the peer."""
+    every_steps: int = Field(1, ge=1, le=1_000_000)
+    """Publish a new policy version every this many optimizer steps."""
+
+
+class WorkersConfig(_Section):
+    num_generators: int = Field(1, ge=1, le=1024)
+    """Generator processes started by `llamarl run`."""
+    num_reward: int = Field(1, ge=1, le=1024)
+    """Reward worker processes started by `llamarl run`."""
+    heartbeat_s: float = Field(2.0, gt=0, le=3600)
+    """Interval between worker heartbeats."""
+    heartbeat_ttl_s: float = Field(10.0, gt=0, le=86400)
+    """A worker whose heartbeat is older than this is reported dead."""
+    torch_threads: int = Field(1, ge=1, le=1024)
+    """torch intra-op threads per worker process."""
+
+
+class RunConfig(_Section):
+    run_id: str = Field("llamarl", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    """Names the run; every Redis key is under llamarl:<run_id>:."""
+    run_dir: str = "runs/llamarl"
+    """Directory for the resolved config, logs, metrics and checkpoints."""
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    """Seed for model init, data and sampling."""
+    redis: RedisConfig = RedisConfig()
+    broker: BrokerConfig = BrokerConfig()
+    model: ModelConfig = ModelConfig()
+    task: TaskConfig = TaskConfig()
+    generation: GenerationConfig = GenerationConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    trainer: TrainerConfig = TrainerConfig()
+    staleness: StalenessConfig = StalenessConfig()
+    sync: SyncConfig = SyncConfig()
+    workers: WorkersConfig = WorkersConfig()
+
+
+_ENV_ALIASES = {
+    "LLAMARL_REDIS_URL": ("redis", "url"),
+    "LLAMARL_RUN_ID": ("run_id",),
+    "LLAMARL_RUN_DIR": ("run_dir",),
+}
+
+
+def _set_path(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    node = tree
+    for key in path[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{'.'.join(path)}: cannot override inside a non-mapping value")
+        node = child
+    node[path[-1]] = value
+
+
+def env_overrides(environ: dict[str, str]) -> list[tuple[tuple[str, ...], Any]]:
+    """The (field path, value) pairs the environment asks to override."""
+    found: list[tuple[tuple[str, ...], Any]] = []
+    for name, path in _ENV_ALIASES.items():
+        if name in environ:
+            found.append((path, environ[name]))
+    if "LLAMARL_BROKER" in environ:
+        host, _, port = environ["LLAMARL_BROKER"].rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(
+                f"LLAMARL_BROKER: expected host:port, got {environ['LLAMARL_BROKER']!r}"
+            )
+        found += [(("broker", "host"), host), (("broker", "port"), int(port))]
+    for name, raw in environ.items():
+        if name.startswith("LLAMARL__"):
+            path = tuple(part.lower() for part in name[len("LLAMARL__") :].split("__"))
+            found.append((path, yaml.safe_load(raw)))
+    return found
+
+
+def _format_validation_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    path = ".".join(str(part) for part in first["loc"]) or "<root>"
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{path}: {first['msg']}{more}"
+
+
+def parse_config(tree: dict[str, Any], environ: dict[str, str] | None = None) -> RunConfig:
+    """Validate a config mapping after applying environment overrides."""
+    tree = dict(tree)
+    for path, value in env_overrides(dict(os.environ if environ is None else environ)):
+        _set_path(tree, path, value)
+    try:
+        return RunConfig.model_validate(tree)
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err)) from None
+
+
+def load_config(path: str | Path, environ: dict[str, str] | None = None) -> RunConfig:
+    """Load and validate a YAML config file; raises ConfigError naming the bad field."""
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        tree = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    return parse_config(tree, environ)
+
+
+def dump_config(config: RunConfig) -> str:
+    """The resolved config as YAML, as written into the run directory."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

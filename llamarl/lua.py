@@ -1,0 +1,77 @@
+"""The atomic Redis scripts behind versions, admission, leases and the ledger (Redis >= 6.2 EVAL).
+
+Time comes from Redis itself (TIME), so lease expiry does not depend on worker clocks.
+"""
+
+PUBLISH_VERSION = """
+-- KEYS: policy_version, version_meta. ARGV: version, then field/value pairs.
+local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
+local proposed = tonumber(ARGV[1])
+if proposed <= current then
+  return 0
+end
+redis.call('SET', KEYS[1], proposed)
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], unpack(ARGV, 2))
+return 1
+"""
+
+CLAIM_TICKET = """
+-- KEYS: policy_version, ledger, tickets, attempts, leases, lease_owner
+-- ARGV: worker_id, lease_ms, max_staleness, prompts_per_step, total_tickets (0 = unbounded)
+-- Returns {ticket_id, attempt, reissued} or false when the gate is closed.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease_ms = tonumber(ARGV[2])
+local expired = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 1)
+if #expired > 0 then
+  local id = expired[1]
+  local attempt = redis.call('HINCRBY', KEYS[4], id, 1)
+  redis.call('ZADD', KEYS[5], now + lease_ms, id)
+  redis.call('HSET', KEYS[6], id, ARGV[1])
+  redis.call('HINCRBY', KEYS[2], 'reissued', 1)
+  return {tonumber(id), attempt, 1}
+end
+local version = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), 0)
+local issued = tonumber(redis.call('HGET', KEYS[2], 'issued') or '0')
+local dropped = tonumber(redis.call('HGET', KEYS[2], 'dropped_stale') or '0')
+local live = issued - dropped
+local bound = (version + tonumber(ARGV[3]) + 1) * tonumber(ARGV[4])
+local total = tonumber(ARGV[5])
+if live >= bound or (total > 0 and live >= total) then
+  return false
+end
+redis.call('HINCRBY', KEYS[2], 'issued', 1)
+redis.call('HSET', KEYS[3], issued, 'open')
+redis.call('HSET', KEYS[4], issued, 0)
+redis.call('ZADD', KEYS[5], now + lease_ms, issued)
+redis.call('HSET', KEYS[6], issued, ARGV[1])
+return {issued, 0, 0}
+"""
+
+RENEW_LEASE = """
+-- KEYS: tickets, attempts, leases. ARGV: ticket_id, attempt, lease_ms
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= 'open' then return 0 end
+if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then return 0 end
+if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
+return 1
+"""
+
+FINISH_TICKET = """
+-- KEYS: tickets, leases, lease_owner, ledger. ARGV: ticket_id, outcome
+-- Returns 1 when this call ended the ticket, 0 when it had already ended, -1 when unknown.
+local state = redis.call('HGET', KEYS[1], ARGV[1])
+if not state then return -1 end
+if state ~= 'open' then
+  redis.call('HINCRBY', KEYS[4], 'duplicate', 1)
+  return 0
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('HINCRBY', KEYS[4], ARGV[2], 1)
+return 1
+"""

@@ -1,0 +1,74 @@
+"""Broker addressing and small socket helpers shared by the broker and the bus client."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+
+import zmq
+
+
+@dataclass(frozen=True)
+class BrokerEndpoints:
+    """The broker's four sockets live on consecutive ports starting at `port`."""
+
+    host: str
+    port: int
+
+    def _tcp(self, offset: int) -> str:
+        return f"tcp://{self.host}:{self.port + offset}"
+
+    @property
+    def pub_in(self) -> str:
+        """Publishers connect here (broker XSUB)."""
+        return self._tcp(0)
+
+    @property
+    def sub_out(self) -> str:
+        """Subscribers connect here (broker XPUB)."""
+        return self._tcp(1)
+
+    @property
+    def work_in(self) -> str:
+        """Work producers connect here (broker PULL)."""
+        return self._tcp(2)
+
+    @property
+    def work_out(self) -> str:
+        """Work consumers connect here (broker ROUTER)."""
+        return self._tcp(3)
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def free_port_block(host: str = "127.0.0.1", size: int = 4, attempts: int = 50) -> int:
+    """A base port whose `size` consecutive ports are free right now."""
+    for _ in range(attempts):
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            base = probe.getsockname()[1]
+        if base + size > 65535:
+            continue
+        held = []
+        try:
+            for offset in range(size):
+                sock = socket.socket()
+                held.append(sock)
+                sock.bind((host, base + offset))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+    raise OSError(f"no block of {size} free ports found on {host}")
+
+
+def make_socket(ctx: zmq.Context, kind: int, hwm: int) -> zmq.Socket:
+    """A socket with explicit high-water marks and linger 0, so close never blocks."""
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.SNDHWM, hwm)
+    sock.setsockopt(zmq.RCVHWM, hwm)
+    sock.setsockopt(zmq.LINGER, 0)
+    return sock

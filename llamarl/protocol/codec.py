@@ -1,0 +1,98 @@
+"""Encoding and decoding of envelopes: msgpack with size limits checked before allocation.
+
+`decode` raises ProtocolError and nothing else, whatever bytes it is given: oversize frames are
+refused before unpacking, msgpack container and string sizes are capped, extension types are
+refused, and the envelope and payload are checked against their schemas.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from llamarl.errors import ProtocolError
+from llamarl.protocol.messages import PAYLOAD_TYPES, SCHEMA_VERSION, Envelope
+from llamarl.protocol.schema import from_wire, to_wire
+
+ENVELOPE_FIELDS = {
+    "kind": str,
+    "schema_version": int,
+    "msg_id": str,
+    "run_id": str,
+    "sender": str,
+    "created_at": float,
+    "policy_version": int,
+    "payload": dict,
+}
+MAX_TEXT = 1 << 20
+MAX_ITEMS = 4096
+
+
+def encode(envelope: Envelope) -> bytes:
+    wire = {
+        "kind": envelope.kind,
+        "schema_version": envelope.schema_version,
+        "msg_id": envelope.msg_id,
+        "run_id": envelope.run_id,
+        "sender": envelope.sender,
+        "created_at": float(envelope.created_at),
+        "policy_version": envelope.policy_version,
+        "payload": to_wire(envelope.payload),
+    }
+    return msgpack.packb(wire, use_bin_type=True)
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise ProtocolError("garbage", f"msgpack extension type {code} is not allowed")
+
+
+def _unpack(data: bytes, max_bytes: int) -> Any:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise ProtocolError("garbage", "frame is not bytes")
+    if len(data) > max_bytes:
+        raise ProtocolError("oversize", f"{len(data)} bytes > limit {max_bytes}")
+    try:
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=True,
+            ext_hook=_refuse_ext,
+            max_str_len=MAX_TEXT,
+            max_bin_len=max_bytes,
+            max_array_len=MAX_ITEMS,
+            max_map_len=MAX_ITEMS,
+            max_ext_len=0,
+        )
+    except ProtocolError:
+        raise
+    except Exception as err:  # msgpack raises many types on bad input; all mean garbage
+        raise ProtocolError("garbage", f"not a msgpack frame ({type(err).__name__})") from None
+
+
+def decode(data: bytes, max_bytes: int) -> Envelope:
+    """Decode and validate one envelope; raises ProtocolError on anything malformed."""
+    wire = _unpack(data, max_bytes)
+    if not isinstance(wire, dict) or set(wire) != set(ENVELOPE_FIELDS):
+        raise ProtocolError("bad_schema", "not an envelope")
+    for name, typ in ENVELOPE_FIELDS.items():
+        value = wire[name]
+        if typ is float and type(value) is int:
+            continue
+        if type(value) is not typ:
+            raise ProtocolError("bad_schema", f"envelope.{name}: expected {typ.__name__}")
+    if wire["schema_version"] != SCHEMA_VERSION:
+        raise ProtocolError("unknown_version", f"schema_version {wire['schema_version']}")
+    payload_type = PAYLOAD_TYPES.get(wire["kind"])
+    if payload_type is None:
+        raise ProtocolError("unknown_kind", f"kind {wire['kind'][:40]!r}")
+    return Envelope(
+        kind=wire["kind"],
+        schema_version=wire["schema_version"],
+        msg_id=wire["msg_id"],
+        run_id=wire["run_id"],
+        sender=wire["sender"],
+        created_at=float(wire["created_at"]),
+        policy_version=wire["policy_version"],
+        payload=from_wire(payload_type, wire["payload"]),
+    )

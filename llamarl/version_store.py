@@ -1,0 +1,238 @@
+"""The run's shared state in Redis: policy version, admission gate, leases, ledger, registry.
+
+Key schema (all under `llamarl:<run_id>:`; see README):
+  policy_version          string  latest published policy version (only ever increases)
+  version                 hash    metadata of that version: num_bytes, checksum, transport, ...
+  ledger                  hash    issued, trained, dropped_stale, reissued, duplicate
+  tickets                 hash    ticket_id -> open | trained | dropped_stale
+  attempts                hash    ticket_id -> attempt number (0 first, +1 per reissue)
+  leases                  zset    open ticket_id scored by lease expiry (Redis time, ms)
+  lease_owner             hash    ticket_id -> worker_id holding the lease
+  workers                 set     every worker_id that ever registered
+  worker:<worker_id>      hash    role, pid, host, status, started_at, last_seen; expires at TTL
+  rejected                hash    <source>.<reason> -> rejected message count
+Every multi-key update is one Lua script, so concurrent workers never see a half-done change.
+Calls retry a lost connection with bounded, logged backoff until `connect_deadline_s` runs out.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import redis
+import structlog
+
+from llamarl import lua
+from llamarl.errors import StaleVersionError
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
+OUTCOMES = ("trained", "dropped_stale")
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """A claimed prompt: ticket_id doubles as the data cursor (prompt index)."""
+
+    ticket_id: int
+    attempt: int
+    reissued: bool
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    worker_id: str
+    alive: bool
+    fields: dict[str, str]
+
+
+class VersionStore:
+    """Typed access to one run's keys; one instance per process (redis-py pools connections)."""
+
+    def __init__(self, url: str, run_id: str, connect_deadline_s: float = 30.0) -> None:
+        self.run_id = run_id
+        self.prefix = f"llamarl:{run_id}:"
+        self.connect_deadline_s = connect_deadline_s
+        # redis-py's stubs type every reply as bytes | str; decode_responses makes them str.
+        self.client: Any = redis.Redis.from_url(
+            url, decode_responses=True, socket_timeout=10, socket_connect_timeout=5
+        )
+        self._publish = self.client.register_script(lua.PUBLISH_VERSION)
+        self._claim = self.client.register_script(lua.CLAIM_TICKET)
+        self._renew = self.client.register_script(lua.RENEW_LEASE)
+        self._finish = self.client.register_script(lua.FINISH_TICKET)
+
+    def key(self, name: str) -> str:
+        return self.prefix + name
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        """Run one Redis operation, retrying connection loss with backoff up to the deadline."""
+        deadline = time.monotonic() + self.connect_deadline_s
+        delay = 0.05
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except (redis.ConnectionError, redis.TimeoutError) as err:
+                attempt += 1
+                if time.monotonic() + delay > deadline:
+                    raise ConnectionError(
+                        f"redis unreachable for {self.connect_deadline_s:.0f}s during {what}: {err}"
+                    ) from None
+                log.warning("redis retry", op=what, attempt=attempt, error=str(err)[:120])
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def ping(self) -> bool:
+        return bool(self._call("ping", self.client.ping))
+
+    # -- policy versions -------------------------------------------------------------------
+    def policy_version(self) -> int:
+        """The latest published version, or -1 before the first publish."""
+        raw = self._call("get version", lambda: self.client.get(self.key("policy_version")))
+        return -1 if raw is None else int(raw)
+
+    def publish_version(self, policy_version: int, meta: dict[str, Any]) -> None:
+        """Record a new version; a version not above the current one is refused atomically."""
+        pairs: list[Any] = ["policy_version", policy_version, "published_at", time.time()]
+        for name, value in meta.items():
+            pairs += [name, value]
+        keys = [self.key("policy_version"), self.key("version")]
+        accepted = self._call(
+            "publish version", lambda: self._publish(keys=keys, args=[policy_version, *pairs])
+        )
+        if not accepted:
+            raise StaleVersionError(
+                f"policy version {policy_version} is not above current {self.policy_version()}"
+            )
+
+    def version_meta(self) -> dict[str, str]:
+        return self._call("version meta", lambda: self.client.hgetall(self.key("version")))
+
+    # -- admission gate, leases, ledger ---------------------------------------------------
+    def claim_ticket(
+        self,
+        worker_id: str,
+        *,
+        lease_s: float,
+        max_staleness: int,
+        prompts_per_step: int,
+        total_tickets: int = 0,
+    ) -> Ticket | None:
+        """An expired ticket to redo, else a new one if the staleness gate is open, else None."""
+        keys = [
+            self.key(n)
+            for n in ("policy_version", "ledger", "tickets", "attempts", "leases", "lease_owner")
+        ]
+        args: list[Any] = [
+            worker_id,
+            int(lease_s * 1000),
+            max_staleness,
+            prompts_per_step,
+            total_tickets,
+        ]
+        got = self._call("claim ticket", lambda: self._claim(keys=keys, args=args))
+        if not got:
+            return None
+        return Ticket(ticket_id=int(got[0]), attempt=int(got[1]), reissued=bool(got[2]))
+
+    def renew_lease(self, ticket: Ticket, lease_s: float) -> bool:
+        """Extend a lease still held by this attempt; False when it was lost or finished."""
+        keys = [self.key("tickets"), self.key("attempts"), self.key("leases")]
+        args = [ticket.ticket_id, ticket.attempt, int(lease_s * 1000)]
+        return bool(self._call("renew lease", lambda: self._renew(keys=keys, args=args)))
+
+    def finish_ticket(self, ticket_id: int, outcome: str) -> bool:
+        """End a ticket exactly once; False (counted as duplicate) if it had already ended."""
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
+        keys = [self.key(n) for n in ("tickets", "leases", "lease_owner", "ledger")]
+        result = self._call(
+            "finish ticket", lambda: self._finish(keys=keys, args=[ticket_id, outcome])
+        )
+        if result == -1:
+            raise KeyError(f"ticket {ticket_id} was never issued")
+        return result == 1
+
+    def ledger(self) -> dict[str, int]:
+        raw = self._call("ledger", lambda: self.client.hgetall(self.key("ledger")))
+        counts = {
+            name: int(raw.get(name, 0))
+            for name in ("issued", "trained", "dropped_stale", "reissued", "duplicate")
+        }
+        counts["open"] = counts["issued"] - counts["trained"] - counts["dropped_stale"]
+        return counts
+
+    def ticket_states(self) -> dict[int, str]:
+        raw = self._call("tickets", lambda: self.client.hgetall(self.key("tickets")))
+        return {int(k): v for k, v in raw.items()}
+
+    # -- worker registry ------------------------------------------------------------------
+    def register_worker(self, worker_id: str, role: str, ttl_s: float, **fields: Any) -> None:
+        now = time.time()
+        mapping = {
+            "role": role,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "status": "starting",
+            "started_at": now,
+            "last_seen": now,
+            **fields,
+        }
+        key = self.key(f"worker:{worker_id}")
+
+        def write() -> None:
+            pipe = self.client.pipeline()
+            pipe.delete(key)
+            pipe.hset(key, mapping=mapping)
+            pipe.pexpire(key, int(ttl_s * 1000))
+            pipe.sadd(self.key("workers"), worker_id)
+            pipe.execute()
+
+        self._call("register worker", write)
+
+    def heartbeat(self, worker_id: str, ttl_s: float, **fields: Any) -> None:
+        key = self.key(f"worker:{worker_id}")
+
+        def write() -> None:
+            pipe = self.client.pipeline()
+            pipe.hset(key, mapping={"last_seen": time.time(), **fields})
+            pipe.pexpire(key, int(ttl_s * 1000))
+            pipe.sadd(self.key("workers"), worker_id)
+            pipe.execute()
+
+        self._call("heartbeat", write)
+
+    def workers(self) -> list[WorkerInfo]:
+        """Every registered worker; `alive` is False once its heartbeat key has expired."""
+
+        def read() -> list[WorkerInfo]:
+            ids = sorted(self.client.smembers(self.key("workers")))
+            pipe = self.client.pipeline()
+            for worker_id in ids:
+                pipe.hgetall(self.key(f"worker:{worker_id}"))
+            return [
+                WorkerInfo(worker_id, bool(fields), fields)
+                for worker_id, fields in zip(ids, pipe.execute(), strict=True)
+            ]
+
+        return self._call("workers", read)
+
+    # -- rejected input -------------------------------------------------------------------
+    def count_rejected(self, source: str, reason: str, count: int = 1) -> None:
+        self._call(
+            "count rejected",
+            lambda: self.client.hincrby(self.key("rejected"), f"{source}.{reason}", count),
+        )
+
+    def rejected(self) -> dict[str, int]:
+        raw = self._call("rejected", lambda: self.client.hgetall(self.key("rejected")))
+        return {k: int(v) for k, v in raw.items()}
+
+    def close(self) -> None:
+        self.client.close()

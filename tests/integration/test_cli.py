@@ -1,0 +1,53 @@
+"""The `llamarl` command as a user runs it: help, worker broker lifecycle."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from llamarl.bus import query_broker_stats
+from llamarl.net import BrokerEndpoints, free_port_block
+
+LLAMARL = [sys.executable, "-m", "llamarl.cli"]
+
+
+def test_help_lists_the_roles() -> None:
+    done = subprocess.run([*LLAMARL, "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    for role in ("broker", "generator", "reward", "trainer"):
+        assert role in done.stdout
+
+
+def test_worker_broker_serves_and_exits_0_on_sigterm() -> None:
+    endpoints = BrokerEndpoints("127.0.0.1", free_port_block())
+    proc = subprocess.Popen(
+        [*LLAMARL, "worker", "broker", "--log-format", "json"],
+        env={**os.environ, "LLAMARL_BROKER": str(endpoints)},
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                assert "queued.rollouts" in query_broker_stats(endpoints, timeout_s=0.5)
+                break
+            except TimeoutError:
+                assert proc.poll() is None and time.monotonic() < deadline
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+        assert b"broker stopped" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_worker_broker_without_port_is_a_config_error() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMARL")}
+    done = subprocess.run(
+        [*LLAMARL, "worker", "broker"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert "config error: broker.port" in done.stderr

@@ -1,0 +1,116 @@
+"""The Redis version store against a real redis-server: versions, gate, leases, registry."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+
+import pytest
+
+from llamarl.errors import StaleVersionError
+from llamarl.net import free_port_block
+from llamarl.version_store import VersionStore
+
+GATE = {"lease_s": 60.0, "max_staleness": 1, "prompts_per_step": 5}
+
+
+def test_policy_version_only_goes_up(store: VersionStore) -> None:
+    assert store.policy_version() == -1
+    store.publish_version(0, {"checksum": "a"})
+    store.publish_version(3, {"checksum": "b", "num_bytes": 10})
+    for stale in (3, 2, -1):
+        with pytest.raises(StaleVersionError, match=f"{stale} is not above current 3"):
+            store.publish_version(stale, {"checksum": "stale"})
+    assert store.policy_version() == 3
+    assert store.version_meta()["checksum"] == "b"
+
+
+def claim_all(url: str, worker_id: str, out) -> None:
+    store = VersionStore(url, "test")
+    got = []
+    misses = 0
+    while misses < 20:
+        ticket = store.claim_ticket(worker_id, **GATE)
+        if ticket is None:
+            misses += 1
+            time.sleep(0.01)
+        else:
+            got.append(ticket.ticket_id)
+    out.put(got)
+    store.close()
+
+
+def _claim_in_processes(url: str, num_procs: int = 4) -> list[int]:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=claim_all, args=(url, f"w{i}", out)) for i in range(num_procs)]
+    for proc in procs:
+        proc.start()
+    claimed = [ticket for _ in procs for ticket in out.get(timeout=60)]
+    for proc in procs:
+        proc.join(30)
+        assert proc.exitcode == 0
+    return claimed
+
+
+def test_concurrent_claims_never_exceed_the_gate(redis_server, store: VersionStore) -> None:
+    store.publish_version(2, {})
+    claimed = _claim_in_processes(redis_server.url)
+    bound = (2 + GATE["max_staleness"] + 1) * GATE["prompts_per_step"]
+    assert sorted(claimed) == list(range(bound))
+    store.publish_version(3, {})
+    claimed = _claim_in_processes(redis_server.url)
+    assert sorted(claimed) == list(range(bound, bound + GATE["prompts_per_step"]))
+    assert store.ledger()["issued"] == bound + GATE["prompts_per_step"]
+
+
+def test_dropped_tickets_return_their_slot(store: VersionStore) -> None:
+    tickets = [store.claim_ticket("w", **GATE) for _ in range(10)]
+    assert store.claim_ticket("w", **GATE) is None
+    store.finish_ticket(tickets[0].ticket_id, "dropped_stale")
+    assert store.claim_ticket("w", **GATE) is not None
+    assert store.claim_ticket("w", **GATE) is None
+
+
+def test_total_tickets_caps_the_run(store: VersionStore) -> None:
+    got = [store.claim_ticket("w", **GATE, total_tickets=3) for _ in range(5)]
+    assert [t is not None for t in got] == [True, True, True, False, False]
+
+
+def test_expired_lease_is_reissued_exactly_once(store: VersionStore) -> None:
+    first = store.claim_ticket("dead-worker", **{**GATE, "lease_s": 0.2})
+    assert first is not None and first.attempt == 0
+    time.sleep(0.3)
+    again = store.claim_ticket("w1", **GATE)
+    other = store.claim_ticket("w2", **GATE)
+    assert again is not None and other is not None
+    assert (again.ticket_id, again.attempt, again.reissued) == (first.ticket_id, 1, True)
+    assert other.ticket_id != first.ticket_id and not other.reissued
+    assert store.ledger()["reissued"] == 1
+    assert not store.renew_lease(first, 10), "the expired attempt must not win its lease back"
+    assert store.renew_lease(again, 10)
+    assert store.finish_ticket(first.ticket_id, "trained") is True
+    assert store.finish_ticket(first.ticket_id, "trained") is False  # the late duplicate
+    ledger = store.ledger()
+    assert (ledger["trained"], ledger["duplicate"], ledger["open"]) == (1, 1, 1)
+    with pytest.raises(KeyError):
+        store.finish_ticket(999, "trained")
+
+
+def test_worker_whose_heartbeat_stops_is_reported_dead(store: VersionStore) -> None:
+    store.register_worker("gen-0", "generator", ttl_s=0.4)
+    store.register_worker("gen-1", "generator", ttl_s=0.4)
+    for _ in range(4):
+        time.sleep(0.15)
+        store.heartbeat("gen-1", ttl_s=0.4, status="running")
+    alive = {w.worker_id: w.alive for w in store.workers()}
+    assert alive == {"gen-0": False, "gen-1": True}
+    assert next(w for w in store.workers() if w.worker_id == "gen-1").fields["role"] == "generator"
+
+
+def test_unreachable_redis_fails_after_the_deadline() -> None:
+    store = VersionStore(f"redis://127.0.0.1:{free_port_block(size=1)}/0", "test", 1.0)
+    started = time.monotonic()
+    with pytest.raises(ConnectionError, match="redis unreachable for 1s during ping"):
+        store.ping()
+    assert time.monotonic() - started < 5

@@ -1,0 +1,90 @@
+"""A private Redis and broker for one run on one machine, started and stopped together.
+
+Used by `llamarl run` when the config names no Redis URL, and by the integration tests. The broker
+runs as its own process (`python -m brokers`), exactly as in a cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from brokers.redis_server import RedisServer
+from llamarl.bus import query_broker_stats
+from llamarl.net import BrokerEndpoints, free_port_block
+
+
+@dataclass
+class EmbeddedServices:
+    """Redis (AOF in `directory/redis`) plus a broker process on free loopback ports."""
+
+    directory: Path
+    run_id: str
+    redis: RedisServer | None = None
+    broker: subprocess.Popen[bytes] | None = None
+    endpoints: BrokerEndpoints = field(
+        default_factory=lambda: BrokerEndpoints("127.0.0.1", free_port_block())
+    )
+
+    @property
+    def redis_url(self) -> str:
+        assert self.redis is not None, "services not started"
+        return self.redis.url
+
+    def env(self) -> dict[str, str]:
+        """Environment that points a worker process at these services."""
+        return {
+            "LLAMARL_REDIS_URL": self.redis_url,
+            "LLAMARL_BROKER": str(self.endpoints),
+            "LLAMARL_RUN_ID": self.run_id,
+        }
+
+    def start(self, timeout_s: float = 20.0) -> EmbeddedServices:
+        self.redis = RedisServer(self.directory / "redis").start()
+        self.start_broker(timeout_s)
+        return self
+
+    def start_broker(self, timeout_s: float = 20.0) -> None:
+        log_path = self.directory / "broker.log"
+        with open(log_path, "ab") as log_file:
+            self.broker = subprocess.Popen(
+                [sys.executable, "-m", "brokers", "--log-format", "json"],
+                env={**os.environ, **self.env()},
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.broker.poll() is not None:
+                raise RuntimeError(f"broker exited {self.broker.returncode}; see {log_path}")
+            try:
+                query_broker_stats(self.endpoints, timeout_s=0.5)
+                return
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise
+
+    def stop_broker(self, timeout_s: float = 10.0) -> int | None:
+        if self.broker is None or self.broker.poll() is not None:
+            return None if self.broker is None else self.broker.returncode
+        self.broker.terminate()
+        try:
+            return self.broker.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.broker.kill()
+            return self.broker.wait(timeout_s)
+
+    def stop(self) -> None:
+        self.stop_broker()
+        if self.redis is not None:
+            self.redis.stop()
+
+    def __enter__(self) -> EmbeddedServices:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
