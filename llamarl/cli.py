@@ -32,6 +32,21 @@ def _worker(args: argparse.Namespace) -> int:
     return int(module.main(args.rest))
 
 
+def _sft(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from llamarl.engine.model import save_policy
+    from llamarl.sync_run import prepare_policy
+    from llamarl.tasks import make_prompt_set
+
+    config = load_config(args.config)
+    out = Path(args.out or Path(config.run_dir) / "sft")
+    policy = prepare_policy(config, make_prompt_set(config.task, config.seed))
+    save_policy(policy, out)
+    print(out)
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     launcher = importlib.import_module("workers.launcher")
     return int(launcher.main(args))
@@ -49,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("config", help="run config YAML")
     run.add_argument("--mode", choices=["async", "sync"], default="async")
     run.set_defaults(func=_run)
+
+    sft = sub.add_parser("sft", help="supervised warm-start; writes a transformers checkpoint")
+    sft.add_argument("config", help="run config YAML (trainer.sft_* fields)")
+    sft.add_argument("--out", help="checkpoint directory (default RUN_DIR/sft)")
+    sft.set_defaults(func=_sft)
 
     worker = sub.add_parser("worker", help="start one role: " + ", ".join(ROLES))
     worker.add_argument("role", choices=sorted(ROLES))

@@ -113,7 +113,7 @@ class TrainerConfig(_Section):
     """Evaluate held-out accuracy every this many steps."""
     sft_steps: int = Field(300, ge=0, le=10_000_000)
     """Supervised warm-start steps before RL (0 to skip)."""
-    sft_lr: float = Field(3e-3, gt=0, le=1)
+    sft_lr: float = Field(1e-3, gt=0, le=1)
     """Supervised warm-start learning rate."""
     sft_batch_size: int = Field(64, ge=1, le=100_000)
     """Supervised warm-start batch size."""

@@ -6,7 +6,6 @@ from pydantic import BaseModel
 
 from llamarl.config import RunConfig
 
-
 SYMBOLS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
 
 

@@ -1,8 +1,9 @@
 """`llamarl run CONFIG`: everything on one machine.
 
-With no Redis URL in the config, a private Redis and broker are started for the run in its run
-directory and stopped at the end. This first version checks that both answer and prints their
-addresses and health as JSON; the learning modes plug in behind it.
+`--mode sync` runs the synchronous baseline in this process (all cores). The async mode starts a
+private Redis and broker for the run in its run directory (when the config names no Redis URL),
+checks that both answer, and stops them at the end. Either way the last stdout line is a JSON
+summary.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from llamarl.bus import query_broker_stats
 from llamarl.config import RunConfig, dump_config, load_config
 from llamarl.log import configure_logging
+from llamarl.sync_run import run_sync
 from llamarl.version_store import VersionStore
 from workers.embedded import EmbeddedServices
 
@@ -37,6 +39,9 @@ def main(args: argparse.Namespace) -> int:
     run_dir = Path(config.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(config))
+    if args.mode == "sync":
+        print(json.dumps(run_sync(config)), flush=True)
+        return 0
     with EmbeddedServices(run_dir, config.run_id) as services:
         print(json.dumps(health(services, config)), flush=True)
     return 0

@@ -1,0 +1,1 @@
+"""Pure tensor functions: group advantages and policy losses (AIPO, PPO-clip, REINFORCE)."""

@@ -1,0 +1,36 @@
+"""Group baselines over the n samples of one prompt: GRPO (mean/std) and RLOO (leave-one-out).
+
+Rewards come as (G, n): G prompt groups of n samples. A group whose rewards are all equal carries
+no signal and gets zero advantage (not a division by ~0).
+"""
+
+from __future__ import annotations
+
+import torch
+
+EPS = 1e-6
+
+
+def grpo_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """(r - group mean) / group std (population std); zero where the group's std is zero."""
+    mean = rewards.mean(dim=1, keepdim=True)
+    std = rewards.std(dim=1, keepdim=True, unbiased=False)
+    centered = rewards - mean
+    return torch.where(std > EPS, centered / (std + EPS), torch.zeros_like(centered))
+
+
+def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """r_i minus the mean of the other n - 1 rewards of its group; zero for groups of one."""
+    n = rewards.shape[1]
+    if n < 2:
+        return torch.zeros_like(rewards)
+    others = (rewards.sum(dim=1, keepdim=True) - rewards) / (n - 1)
+    return rewards - others
+
+
+def group_advantages(rewards: torch.Tensor, kind: str) -> torch.Tensor:
+    if kind == "grpo":
+        return grpo_advantages(rewards)
+    if kind == "rloo":
+        return rloo_advantages(rewards)
+    raise ValueError(f"unknown advantage kind {kind!r}")

@@ -1,0 +1,96 @@
+"""Build a tiny Llama from config (seeded) or load any local Hugging Face causal-LM directory.
+
+Loading is `from_pretrained` on a local path only; hub downloads are switched off, so a missing
+directory is an error, never a network fetch.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+from transformers.utils import logging as hf_logging
+
+from llamarl.config import ModelConfig
+from llamarl.engine.tokenizer import build_char_tokenizer
+
+
+@dataclass
+class Policy:
+    """A model and its tokenizer, the unit every role works with."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+
+    @property
+    def eos_id(self) -> int:
+        return int(self.tokenizer.eos_token_id)
+
+    @property
+    def pad_id(self) -> int:
+        return int(self.tokenizer.pad_token_id)
+
+
+def build_policy(config: ModelConfig, seed: int) -> Policy:
+    """A randomly initialised Llama of the configured size, with the char tokenizer."""
+    tokenizer = build_char_tokenizer()
+    llama = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_heads,
+        intermediate_size=config.intermediate_size,
+        max_position_embeddings=config.max_position_embeddings,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    # A local generator keeps the global RNG untouched.
+    fork_devices: list[int] = []
+    with torch.random.fork_rng(devices=fork_devices):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(llama)
+    model.eval()
+    return Policy(model, tokenizer)
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Load a local HF causal-LM directory (model + tokenizer); never touches a hub."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    hf_logging.disable_progress_bar()
+    directory = Path(path)
+    if not (directory / "config.json").exists():
+        raise FileNotFoundError(f"{directory}: not a local model directory (no config.json)")
+    tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(
+        directory, local_files_only=True, dtype=torch.float32
+    )
+    model.eval()
+    return Policy(model, tokenizer)
+
+
+def make_policy(config: ModelConfig, seed: int) -> Policy:
+    return load_policy(config.path) if config.path else build_policy(config, seed)
+
+
+def save_policy(policy: Policy, directory: str | Path) -> None:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    hf_logging.disable_progress_bar()
+    policy.model.save_pretrained(directory)
+    policy.tokenizer.save_pretrained(directory)

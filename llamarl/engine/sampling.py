@@ -1,0 +1,141 @@
+"""Batched sampling with a KV cache that records the behaviour log-prob of every sampled token.
+
+Prompts are left-padded; position ids come from the attention mask (cumsum - 1) so a padded row
+sees the same positions as an unpadded one, exactly as `token_logprobs` computes them again in the
+trainer. Each token is drawn from softmax(logits / temperature), truncated to the top-p nucleus
+and renormalised; the recorded log mu is the log-prob under that truncated, renormalised
+distribution, i.e. the distribution that was really sampled. The trainer's pi is the tempered
+distribution without truncation, so for a token inside the nucleus log mu = log pi - log(kept
+mass) >= log pi; with top_p = 1 the two are equal. AIPO's ratio pi/mu is then <= 1 for truncated
+steps, which down-weights them rather than blowing up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from llamarl.engine.model import Policy
+
+
+@dataclass(frozen=True)
+class SampleBatch:
+    """Completions for B rows (prompt i repeated num_samples times, in order)."""
+
+    prompt_ids: torch.Tensor
+    """(B, P) left-padded prompt ids."""
+    prompt_mask: torch.Tensor
+    """(B, P) 1 on real prompt tokens."""
+    completion_ids: torch.Tensor
+    """(B, L) right-padded completion ids (EOS included when produced)."""
+    completion_mask: torch.Tensor
+    """(B, L) 1 on real completion tokens."""
+    logprobs: torch.Tensor
+    """(B, L) behaviour log-prob of each completion token (0 on padding)."""
+
+
+def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(row) for row in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            ids[i, width - len(row) :] = torch.tensor(row)
+            mask[i, width - len(row) :] = 1
+    return ids, mask
+
+
+def positions(mask: torch.Tensor) -> torch.Tensor:
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def sampling_logprobs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Log-probs of the distribution sampled from: tempered, top-p truncated, renormalised."""
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    if top_p >= 1.0:
+        return logp
+    sorted_logp, order = logp.sort(dim=-1, descending=True)
+    mass_before = sorted_logp.exp().cumsum(-1) - sorted_logp.exp()
+    drop_sorted = mass_before >= top_p  # always keeps the most likely token
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return torch.log_softmax(logp.masked_fill(drop, float("-inf")), dim=-1)
+
+
+@torch.no_grad()
+def sample(
+    policy: Policy,
+    prompts: list[list[int]],
+    *,
+    num_samples: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    greedy: bool = False,
+) -> SampleBatch:
+    """n samples of each prompt; `greedy` takes the argmax instead (evaluation)."""
+    rows = [prompt for prompt in prompts for _ in range(num_samples)]
+    prompt_ids, prompt_mask = left_pad(rows, policy.pad_id)
+    batch = len(rows)
+    out = policy.model(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        position_ids=positions(prompt_mask),
+        use_cache=True,
+    )
+    cache, logits = out.cache, out.logits[:, -1]
+    next_position = positions(prompt_mask)[:, -1] + 1
+    mask = prompt_mask
+    finished = torch.zeros(batch, dtype=torch.bool)
+    tokens, logps, alive = [], [], []
+    for _ in range(max_new_tokens):
+        logp = sampling_logprobs(logits, temperature, top_p)
+        if greedy:
+            token = logp.argmax(-1)
+        else:
+            token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+        token_logp = logp.gather(-1, token[:, None]).squeeze(-1)
+        alive.append(~finished)
+        tokens.append(torch.where(finished, policy.pad_id, token))
+        logps.append(torch.where(finished, 0.0, token_logp))
+        finished = finished | (token == policy.eos_id)
+        if bool(finished.all()):
+            break
+        mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype)], dim=1)
+        out = policy.model(
+            input_ids=tokens[-1][:, None],
+            attention_mask=mask,
+            position_ids=next_position[:, None],
+            cache=cache,
+            use_cache=True,
+        )
+        cache, logits = out.cache, out.logits[:, -1]
+        next_position = next_position + 1
+    return SampleBatch(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=torch.stack(tokens, dim=1),
+        completion_mask=torch.stack(alive, dim=1).long(),
+        logprobs=torch.stack(logps, dim=1),
+    )
+
+
+def token_logprobs(
+    policy: Policy,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi and entropy of each completion token under the tempered policy (differentiable)."""
+    ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    logits = policy.model(input_ids=ids, attention_mask=mask, position_ids=positions(mask)).logits
+    width = prompt_ids.shape[1]
+    logits = logits[:, width - 1 : -1].float() / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, completion_ids[..., None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp * completion_mask, entropy * completion_mask

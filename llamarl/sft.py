@@ -1,0 +1,47 @@
+"""Supervised warm-start: teach the model the task's answer format before RL.
+
+Sequences are prompt + answer + EOS, right-padded; the loss covers only answer and EOS tokens.
+SFT draws its examples from negative indices of the prompt set, a stream apart from RL's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from llamarl.engine.model import Policy
+from llamarl.tasks import PromptSet
+
+
+def sft_batch(policy: Policy, prompt_set: PromptSet, indices: range) -> dict[str, torch.Tensor]:
+    rows, labels = [], []
+    for index in indices:
+        example = prompt_set.train_item(index)
+        prompt = policy.tokenizer(example.prompt).input_ids
+        answer = policy.tokenizer(example.answer).input_ids + [policy.eos_id]
+        rows.append(prompt + answer)
+        labels.append([-100] * len(prompt) + answer)
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), policy.pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    target = torch.full_like(ids, -100)
+    for i, (row, label) in enumerate(zip(rows, labels, strict=True)):
+        ids[i, : len(row)] = torch.tensor(row)
+        mask[i, : len(row)] = 1
+        target[i, : len(row)] = torch.tensor(label)
+    return {"input_ids": ids, "attention_mask": mask, "labels": target}
+
+
+def supervised_warm_start(
+    policy: Policy, prompt_set: PromptSet, *, steps: int, lr: float, batch_size: int
+) -> list[float]:
+    """Train in place for `steps` steps; returns the loss per step."""
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr)
+    losses = []
+    for step in range(steps):
+        first = -(step + 1) * batch_size
+        loss = policy.model(**sft_batch(policy, prompt_set, range(first, first + batch_size))).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    return losses
