@@ -35,10 +35,10 @@ class TrainBatch:
 
 
 def completion_texts(policy: Policy, batch: SampleBatch) -> list[str]:
-    texts = []
+    texts: list[str] = []
     for ids, mask in zip(batch.completion_ids, batch.completion_mask, strict=True):
         kept = [int(t) for t, m in zip(ids, mask, strict=True) if m and int(t) != policy.eos_id]
-        texts.append(policy.tokenizer.decode(kept, skip_special_tokens=True))
+        texts.append(str(policy.tokenizer.decode(kept, skip_special_tokens=True)))
     return texts
 
 

@@ -1,0 +1,58 @@
+"""Prompt sources: seeded arithmetic with a disjoint held-out set, JSONL and Parquet files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from llamarl.config import TaskConfig
+from llamarl.tasks import make_prompt_set
+from llamarl.tasks.arithmetic import ArithmeticTask
+
+
+def test_arithmetic_is_seeded_and_held_out_is_disjoint() -> None:
+    task = ArithmeticTask(num_digits=2, num_eval=200, seed=3)
+    held = {e.prompt for e in task.eval_items()}
+    train = [task.train_item(i) for i in range(3000)]
+    assert len(held) == 200
+    assert not held & {e.prompt for e in train}
+    assert task.train_item(17) == ArithmeticTask(2, 200, 3).train_item(17)
+    assert task.train_item(17) != ArithmeticTask(2, 200, 4).train_item(17)
+    a, b = train[0].prompt.rstrip("=").split("+")
+    assert int(train[0].answer) == int(a) + int(b)
+
+
+def test_jsonl_and_parquet_with_custom_fields(tmp_path: Path) -> None:
+    rows = [{"question": f"q{i}", "solution": f"#### {i}"} for i in range(10)]
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    parquet = tmp_path / "p.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), parquet)
+    for kind, path in (("jsonl", jsonl), ("parquet", parquet)):
+        config = TaskConfig(
+            kind=kind,
+            path=str(path),
+            prompt_field="question",
+            answer_field="solution",
+            num_eval=3,
+            verifier="gsm8k",
+        )
+        prompts = make_prompt_set(config, seed=0)
+        assert [e.prompt for e in prompts.eval_items()] == ["q0", "q1", "q2"]
+        assert prompts.train_item(0).prompt == "q3" and prompts.train_item(7).prompt == "q3"
+        assert prompts.train_item(1).answer == "#### 4"
+
+
+def test_prompt_file_errors_name_the_problem(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "a", "answer": "1"}\nnot json\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2: not JSON"):
+        make_prompt_set(TaskConfig(kind="jsonl", path=str(bad), num_eval=1), 0)
+    missing = tmp_path / "missing.jsonl"
+    missing.write_text('{"prompt": "a"}\n{"prompt": "b"}\n')
+    with pytest.raises(ValueError, match="row 1 lacks"):
+        make_prompt_set(TaskConfig(kind="jsonl", path=str(missing), num_eval=1), 0)
