@@ -81,6 +81,8 @@ class GenerationConfig(_Section):
     """Completions sampled per prompt (the group size for advantages)."""
     max_new_tokens: int = Field(6, ge=1, le=32768)
     """Longest completion."""
+    prompts_per_batch: int = Field(8, ge=1, le=100_000)
+    """Prompt tickets a generator claims and samples together in one batch."""
     temperature: float = Field(1.0, gt=0, le=10)
     """Sampling temperature; behaviour log-probs are taken under the tempered distribution."""
     top_p: float = Field(1.0, gt=0, le=1)
@@ -135,6 +137,8 @@ class StalenessConfig(_Section):
 class SyncConfig(_Section):
     transport: Literal["auto", "gloo", "nccl", "shm"] = "auto"
     """Weight transport; auto = nccl on CUDA, else shm on one host, else gloo."""
+    host: str = "127.0.0.1"
+    """Address the trainer's weight server binds and announces (gloo/nccl)."""
     bucket_mb: float = Field(16.0, gt=0, le=65536)
     """Bucket size weights are streamed in."""
     timeout_s: float = Field(60.0, gt=0, le=3600)

@@ -168,6 +168,11 @@ class VersionStore:
         counts["open"] = counts["issued"] - counts["trained"] - counts["dropped_stale"]
         return counts
 
+    def ticket_state(self, ticket_id: int) -> str | None:
+        return self._call(
+            "ticket state", lambda: self.client.hget(self.key("tickets"), str(ticket_id))
+        )
+
     def ticket_states(self) -> dict[int, str]:
         raw = self._call("tickets", lambda: self.client.hgetall(self.key("tickets")))
         return {int(k): v for k, v in raw.items()}

@@ -1,0 +1,161 @@
+"""Point-to-point transport over torch.distributed: gloo on CPUs, NCCL on GPUs.
+
+The trainer runs a `P2PWeightServer` thread: a ZeroMQ ROUTER (the sync control endpoint) and a
+TCPStore. A generator asks for the latest version; the server answers with its size, checksum and
+a fresh group name, then both sides form a two-rank group of their own (rank 0 trainer, rank 1
+generator) on the store and the weights go over in buckets with send/recv. Every wait has the
+sync timeout: a generator that dies mid-transfer costs the trainer at most one timeout, and a
+trainer that does not answer raises SyncError naming it. Transfers are served one at a time.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import threading
+from typing import Any
+from urllib.parse import urlparse
+
+import msgpack
+import structlog
+import torch
+import torch.distributed as dist
+import zmq
+
+from llamarl.errors import SyncError
+from llamarl.net import make_socket
+from llamarl.weightsync.flat import FlatWeights, verify
+
+log = structlog.get_logger(__name__)
+POLL_MS = 100
+
+
+def pair_group(backend: str, store: dist.Store, rank: int, timeout_s: float) -> Any:
+    """A two-rank process group of its own, outside any global world."""
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if backend == "nccl":  # not exercised on CPU-only machines
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        return dist.ProcessGroupNCCL(store, rank, 2, options)
+    return dist.ProcessGroupGloo(store, rank, 2, timeout)
+
+
+def buckets(total: int, bucket_values: int) -> list[tuple[int, int]]:
+    return [(start, min(start + bucket_values, total)) for start in range(0, total, bucket_values)]
+
+
+class P2PWeightServer:
+    def __init__(self, host: str, *, backend: str, timeout_s: float, bucket_bytes: int) -> None:
+        self.backend = backend
+        self.timeout_s = timeout_s
+        self.bucket_values = max(1, bucket_bytes // 4)
+        self.device = "cuda" if backend == "nccl" else "cpu"
+        self.store = dist.TCPStore(
+            host, 0, is_master=True, wait_for_workers=False,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )  # fmt: skip
+        self._ctx = zmq.Context()
+        self._control = make_socket(self._ctx, zmq.ROUTER, 100)
+        port = self._control.bind_to_random_port(f"tcp://{host}")
+        self.endpoint = f"tcp://{host}:{port}"
+        self._latest: FlatWeights | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._groups = itertools.count()
+        self.num_served = 0
+        self.num_failed = 0
+        self._thread = threading.Thread(target=self._serve, name="weight-server", daemon=True)
+        self._thread.start()
+
+    def publish(self, weights: FlatWeights) -> None:
+        """Make `weights` the version served from now on (a transfer in flight keeps its own)."""
+        with self._lock:
+            self._latest = weights
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if not self._control.poll(POLL_MS):
+                continue
+            identity, _, request = self._control.recv_multipart()
+            with self._lock:
+                weights = self._latest
+            try:
+                peer = str(msgpack.unpackb(request, raw=False)["worker_id"])[:64]
+            except Exception:  # any malformed request is refused; the server keeps serving
+                self._control.send_multipart(
+                    [identity, b"", msgpack.packb({"error": "bad request"})]
+                )
+                continue
+            if weights is None:
+                self._control.send_multipart(
+                    [identity, b"", msgpack.packb({"error": "no version yet"})]
+                )
+                continue
+            self._transfer(identity, peer, weights)
+
+    def _transfer(self, identity: bytes, peer: str, weights: FlatWeights) -> None:
+        group = f"w{next(self._groups)}-{peer}"
+        reply = {
+            "policy_version": weights.policy_version,
+            "num_bytes": weights.num_bytes,
+            "checksum": weights.checksum,
+            "store_port": self.store.port,
+            "group": group,
+            "bucket_values": self.bucket_values,
+        }
+        self._control.send_multipart([identity, b"", msgpack.packb(reply)])
+        try:
+            pg = pair_group(self.backend, dist.PrefixStore(group, self.store), 0, self.timeout_s)
+            buffer = weights.buffer.to(self.device)
+            for tag, (start, end) in enumerate(buckets(buffer.numel(), self.bucket_values)):
+                pg.send([buffer[start:end]], 1, tag).wait(
+                    datetime.timedelta(seconds=self.timeout_s)
+                )
+            self.num_served += 1
+        except Exception as err:  # a dead or stuck peer must not stop the server
+            self.num_failed += 1
+            log.warning("weight transfer failed", peer=peer, error=str(err).splitlines()[0][:160])
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(self.timeout_s + 1)
+        self._control.close(linger=0)
+        self._ctx.term()
+
+
+def fetch_p2p(
+    endpoint: str, worker_id: str, *, backend: str, timeout_s: float
+) -> tuple[int, torch.Tensor]:
+    """Pull the latest version from the trainer at `endpoint`; verified before it is returned."""
+    ctx = zmq.Context()
+    sock = make_socket(ctx, zmq.DEALER, 10)
+    try:
+        sock.connect(endpoint)
+        sock.send_multipart([b"", msgpack.packb({"worker_id": worker_id})])
+        if not sock.poll(int(timeout_s * 1000)):
+            raise SyncError(f"trainer weight server at {endpoint} did not answer in {timeout_s}s")
+        reply = msgpack.unpackb(sock.recv_multipart()[-1], raw=False)
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+    if "error" in reply:
+        raise SyncError(f"trainer weight server at {endpoint}: {reply['error']}")
+    host = urlparse(endpoint).hostname or "127.0.0.1"
+    try:
+        store = dist.TCPStore(
+            host, reply["store_port"], is_master=False,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )  # fmt: skip
+        pg = pair_group(backend, dist.PrefixStore(reply["group"], store), 1, timeout_s)
+        device = "cuda" if backend == "nccl" else "cpu"
+        buffer = torch.empty(reply["num_bytes"] // 4, dtype=torch.float32, device=device)
+        for tag, (start, end) in enumerate(buckets(buffer.numel(), reply["bucket_values"])):
+            chunk = buffer[start:end]
+            pg.recv([chunk], 0, tag).wait(datetime.timedelta(seconds=timeout_s))
+    except (RuntimeError, dist.DistError) as err:
+        raise SyncError(
+            f"weight transfer from {endpoint} failed: {str(err).splitlines()[0]}"
+        ) from None
+    buffer = buffer.cpu()
+    verify(buffer, reply["num_bytes"], reply["checksum"], endpoint)
+    return int(reply["policy_version"]), buffer

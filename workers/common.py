@@ -1,0 +1,130 @@
+"""What every role process shares: arguments, config, logging, Redis, bus, heartbeats, stop.
+
+A worker is built from this context and then runs its own loop; the loop calls `beat()` often and
+stops when `stopping` is set (SIGTERM, SIGINT, or a `stop` command on the control topic).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import structlog
+import torch
+
+from llamarl.bus import BusClient, Subscriber
+from llamarl.config import RunConfig, load_config, parse_config
+from llamarl.errors import ConfigError
+from llamarl.log import configure_logging
+from llamarl.net import BrokerEndpoints
+from llamarl.topics import CONTROL
+from llamarl.version_store import VersionStore
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class BusyTimer:
+    """Busy and idle seconds of a worker's loop, from its own clock."""
+
+    busy_s: float = 0.0
+    idle_s: float = 0.0
+    _mark: float = field(default_factory=time.monotonic)
+
+    def busy(self) -> None:
+        now = time.monotonic()
+        self.idle_s += now - self._mark
+        self._mark = now
+
+    def idle(self) -> None:
+        now = time.monotonic()
+        self.busy_s += now - self._mark
+        self._mark = now
+
+
+class WorkerContext:
+    def __init__(self, role: str, config: RunConfig, worker_id: str) -> None:
+        if config.redis.url is None or config.broker.port is None:
+            raise ConfigError(
+                "redis.url and broker.port: a worker needs both (or LLAMARL_REDIS_URL, LLAMARL_BROKER)"
+            )
+        self.role = role
+        self.config = config
+        self.worker_id = worker_id
+        self.stopping = False
+        self.timer = BusyTimer()
+        self.counters: dict[str, float] = {}
+        torch.set_num_threads(config.workers.torch_threads)
+        self.store = VersionStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
+        self.bus = BusClient(
+            BrokerEndpoints(config.broker.host, config.broker.port),
+            run_id=config.run_id,
+            sender=worker_id,
+            hwm=config.broker.hwm,
+            max_message_bytes=config.broker.max_message_bytes,
+            on_reject=lambda reason: self.store.count_rejected(role, reason),
+        )
+        self.control: Subscriber = self.bus.subscribe([CONTROL])
+        self._last_beat = 0.0
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        self.store.register_worker(worker_id, role, config.workers.heartbeat_ttl_s)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stopping = True
+
+    def beat(self, **status: Any) -> None:
+        """Heartbeat (rate-limited) and check the control topic for a stop."""
+        now = time.monotonic()
+        while (message := self.control.recv(0)) is not None:
+            if message[1].payload.command == "stop":
+                log.info("stop requested", by=message[1].sender)
+                self.stopping = True
+        if now - self._last_beat < self.config.workers.heartbeat_s:
+            return
+        self._last_beat = now
+        fields = {"role": self.role, "status": "running", "busy_s": round(self.timer.busy_s, 3)}
+        fields |= {"idle_s": round(self.timer.idle_s, 3), **self.counters, **status}
+        self.store.heartbeat(self.worker_id, self.config.workers.heartbeat_ttl_s, **fields)
+
+    def write_timers(self) -> None:
+        directory = Path(self.config.run_dir) / "timers"
+        directory.mkdir(parents=True, exist_ok=True)
+        record = {"role": self.role, "busy_s": self.timer.busy_s, "idle_s": self.timer.idle_s}
+        (directory / f"{self.worker_id}.json").write_text(json.dumps(record | self.counters))
+
+    def close(self) -> None:
+        self.store.heartbeat(self.worker_id, self.config.workers.heartbeat_ttl_s, status="stopped")
+        self.write_timers()
+        self.bus.close()
+        self.store.close()
+
+
+def parse_worker_args(role: str, argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=f"llamarl worker {role}")
+    parser.add_argument("--config", help="run config YAML (defaults apply when omitted)")
+    parser.add_argument("--worker-id", default=os.environ.get("LLAMARL_WORKER_ID"))
+    parser.add_argument("--log-format", choices=["auto", "console", "json"], default="auto")
+    return parser.parse_args(argv)
+
+
+def start_worker(role: str, argv: list[str] | None) -> WorkerContext | int:
+    """The role's context, or an exit code (2) when the config is refused."""
+    args = parse_worker_args(role, argv)
+    worker_id = args.worker_id or f"{role}-{socket.gethostname()}-{os.getpid()}"
+    configure_logging(role, worker_id, args.log_format)
+    try:
+        config = load_config(args.config) if args.config else parse_config({})
+        return WorkerContext(role, config, worker_id)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
