@@ -47,6 +47,10 @@ def _sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    return int(importlib.import_module("workers.bench").main(args))
+
+
 def _run(args: argparse.Namespace) -> int:
     launcher = importlib.import_module("workers.launcher")
     return int(launcher.main(args))
@@ -74,6 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("role", choices=sorted(ROLES))
     worker.add_argument("rest", nargs=argparse.REMAINDER, help="the role's own options (--help)")
     worker.set_defaults(func=_worker)
+
+    bench = sub.add_parser("bench", help="benchmarks (JSON out); not tests")
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True)
+    avs = bench_sub.add_parser("async-vs-sync", help="same config, both modes, side by side")
+    avs.add_argument("--config", default="configs/tiny.yaml")
+    avs.add_argument("--target", type=float, default=0.35, help="held-out accuracy to time")
+    avs.add_argument("--work-dir", default="runs/bench")
+    avs.add_argument("--json", action="store_true", help="one-line JSON")
+    avs.add_argument("--out", help="also write the JSON here")
+    avs.set_defaults(func=_bench)
 
     config = sub.add_parser("config", help="config tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)

@@ -80,6 +80,7 @@ def run_sync(config: RunConfig) -> dict[str, Any]:
         step_s = time.monotonic() - step_started
         record |= {"step_s": step_s, "tokens_per_s": record["num_tokens"] / step_s}
         record["wall_s"] = time.monotonic() - started
+        record["rl_s"] = time.monotonic() - rl_started
         metrics.write(record)
     metrics.close()
     return {

@@ -53,6 +53,7 @@ class Trainer:
         self.buffer: list[ScoredGroup] = []
         self.max_staleness_seen = 0
         self.last: dict[str, Any] = {}
+        self.rl_started = time.monotonic()
 
     def evaluate(self) -> float:
         gen = self.ctx.config.generation
@@ -125,6 +126,7 @@ class Trainer:
             record["held_out_accuracy"] = self.evaluate()
         self.ctx.timer.idle()
         record["wall_s"] = time.monotonic() - self.started
+        record["rl_s"] = time.monotonic() - self.rl_started
         self.metrics.write(record)
         self.last = record
 
@@ -133,7 +135,7 @@ class Trainer:
         config = ctx.config
         self.publish()
         initial = self.evaluate()
-        rl_started = time.monotonic()
+        self.rl_started = time.monotonic()
         consumer = ctx.bus.consume(SCORED, credit=config.broker.consumer_credit)
         final = initial
         while self.step < config.trainer.num_steps and not ctx.stopping:
@@ -156,7 +158,7 @@ class Trainer:
             "mode": "async",
             "steps": self.step,
             "wall_s": round(time.monotonic() - self.started, 2),
-            "rl_wall_s": round(time.monotonic() - rl_started, 2),
+            "rl_wall_s": round(time.monotonic() - self.rl_started, 2),
             "initial_accuracy": initial,
             "final_accuracy": final,
             "max_staleness": self.max_staleness_seen,

@@ -1,0 +1,65 @@
+"""Helpers for tests that run `llamarl run` end to end: configs, process lookup, results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SMALL_RUN: dict[str, Any] = {
+    "model": {
+        "hidden_size": 32,
+        "num_layers": 1,
+        "num_heads": 2,
+        "intermediate_size": 64,
+        "max_position_embeddings": 32,
+    },
+    "generation": {"num_samples": 2, "max_new_tokens": 4, "prompts_per_batch": 2},
+    "trainer": {"prompts_per_step": 4, "num_steps": 12, "eval_every": 6, "sft_steps": 0},
+    "task": {"num_eval": 20},
+    "workers": {"num_generators": 2, "num_reward": 1, "heartbeat_s": 0.5},
+}
+
+
+def write_config(directory: Path, run_id: str, **overrides: Any) -> Path:
+    tree = json.loads(json.dumps(SMALL_RUN))
+    for section, values in overrides.items():
+        tree.setdefault(section, {}).update(values)
+    tree |= {"run_id": run_id, "run_dir": str(directory / run_id)}
+    path = directory / f"{run_id}.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    return path
+
+
+def launch(config: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "llamarl.cli", "run", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """PIDs of live processes whose command line contains `text` (zombies excluded)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().split(") ")[1].split()[0]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def trained_entries(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "trained.jsonl").open()]

@@ -1,0 +1,70 @@
+"""`llamarl run` in async mode with real Redis, broker, workers and weight sync."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.async_helpers import (
+    launch,
+    processes_mentioning,
+    trained_entries,
+    write_config,
+)
+
+
+@pytest.mark.parametrize("max_staleness", [0, 1, 2])
+def test_staleness_bound_and_balanced_ledger(tmp_path: Path, max_staleness: int) -> None:
+    config = write_config(tmp_path, f"k{max_staleness}", staleness={"max_staleness": max_staleness})
+    proc = launch(config)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    steps, per_step = 12, 4
+    assert summary["mode"] == "async" and summary["steps"] == steps
+    assert summary["max_staleness"] <= max_staleness
+    entries = trained_entries(tmp_path / f"k{max_staleness}")
+    assert len(entries) == steps * per_step
+    assert max(e["staleness"] for e in entries) <= max_staleness
+    assert len({e["rollout_id"] for e in entries}) == len(entries), "a rollout trained twice"
+    assert len({e["ticket_id"] for e in entries}) == len(entries), "a ticket trained twice"
+    ledger = summary["ledger"]
+    assert ledger["issued"] == ledger["trained"] + ledger["dropped_stale"] + ledger["open"]
+    assert ledger["open"] == 0 and ledger["trained"] == steps * per_step
+    assert processes_mentioning(str(config)) == []
+
+
+def _wait_for_training(run_dir: Path, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").read_text():
+        assert time.monotonic() < deadline, "training never started"
+        time.sleep(0.2)
+
+
+def test_sigint_leaves_no_child_behind(tmp_path: Path) -> None:
+    config = write_config(tmp_path, "sigint", trainer={"num_steps": 100_000})
+    proc = launch(config)
+    _wait_for_training(tmp_path / "sigint")
+    assert len(processes_mentioning(str(config))) >= 5  # launcher, trainer, 2 generators, reward
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert processes_mentioning(str(config)) == []
+    assert processes_mentioning(str(tmp_path / "sigint" / "redis")) == []
+
+
+def test_child_crash_ends_the_run_naming_the_role(tmp_path: Path) -> None:
+    config = write_config(tmp_path, "crash", trainer={"num_steps": 100_000})
+    proc = launch(config)
+    _wait_for_training(tmp_path / "crash")
+    (victim,) = processes_mentioning("--worker-id generator-1")
+    os.kill(victim, signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "run failed: generator generator-1 exited with code -9" in err
+    assert processes_mentioning(str(config)) == []

@@ -1,0 +1,141 @@
+"""Weight sync across real processes: gloo point-to-point and shared memory.
+
+Receivers run in spawned processes (module-level targets) and report what they got through a
+queue; the trainer side runs in the test process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from llamarl.config import ModelConfig, SyncConfig
+from llamarl.engine.model import build_policy
+from llamarl.errors import SyncError
+from llamarl.net import free_port_block
+from llamarl.weightsync.channel import WeightPublisher, fetch_weights, resolve_transport
+from llamarl.weightsync.flat import FlatWeights, checksum, flatten, load_flat
+from llamarl.weightsync.p2p import P2PWeightServer, fetch_p2p
+from llamarl.weightsync.shm import ShmPublisher, fetch_shm
+
+MODEL = ModelConfig(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128)
+
+
+def receive_into_model(meta: dict[str, str], worker_id: str, out) -> None:
+    """A generator: pull, swap into its own model, report the swapped weights' checksum."""
+    policy = build_policy(MODEL, seed=99)  # different init: equality proves the transfer
+    version, buffer = fetch_weights(meta, worker_id, timeout_s=20)
+    load_flat(policy.model, buffer)
+    out.put((worker_id, version, flatten(policy.model, version).checksum, buffer.numpy().tobytes()))
+
+
+@pytest.mark.parametrize("transport", ["gloo", "shm"])
+def test_every_generator_receives_the_trainers_exact_weights(transport: str) -> None:
+    trainer = build_policy(MODEL, seed=1)
+    weights = flatten(trainer.model, policy_version=5)
+    publisher = WeightPublisher(
+        SyncConfig(transport=transport, bucket_mb=0.05, timeout_s=20), "test"
+    )
+    try:
+        meta = {k: str(v) for k, v in publisher.publish(weights).items()} | {"policy_version": "5"}
+        ctx = mp.get_context("spawn")
+        out = ctx.Queue()
+        procs = [
+            ctx.Process(target=receive_into_model, args=(meta, f"gen-{i}", out)) for i in range(3)
+        ]
+        for proc in procs:
+            proc.start()
+        results = [out.get(timeout=120) for _ in procs]
+        for proc in procs:
+            proc.join(30)
+            assert proc.exitcode == 0
+    finally:
+        publisher.close()
+    assert weights.num_bytes > 0.05 * 1024 * 1024, "several buckets must be streamed"
+    for _, version, got_checksum, raw in results:
+        assert version == 5
+        assert got_checksum == weights.checksum
+        assert torch.equal(torch.frombuffer(bytearray(raw), dtype=torch.float32), weights.buffer)
+
+
+def test_corrupted_or_truncated_shm_is_never_swapped_in(tmp_path: Path) -> None:
+    policy = build_policy(MODEL, seed=1)
+    before = flatten(policy.model, 0)
+    incoming = flatten(build_policy(MODEL, seed=2).model, 1)
+    publisher = ShmPublisher("test", directory=str(tmp_path))
+    path = Path(publisher.publish(incoming))
+    data = bytearray(path.read_bytes())
+    data[100] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(SyncError, match="checksum mismatch"):
+        fetch_shm(str(path), incoming.num_bytes, incoming.checksum)
+    path.write_bytes(bytes(data[:-8]))
+    with pytest.raises(SyncError, match="bytes, announced"):
+        fetch_shm(str(path), incoming.num_bytes, incoming.checksum)
+    with pytest.raises(SyncError):
+        fetch_shm(str(tmp_path / "missing.bin"), incoming.num_bytes, incoming.checksum)
+    assert flatten(policy.model, 0).checksum == before.checksum, "model must be untouched"
+
+
+def test_corrupted_p2p_transfer_is_refused() -> None:
+    """The server announces one checksum but sends other bytes (a corrupted transfer)."""
+    server = P2PWeightServer("127.0.0.1", backend="gloo", timeout_s=10, bucket_bytes=4096)
+    try:
+        good = torch.randn(10_000)
+        server.publish(FlatWeights(1, good + 1.0, checksum(good)))
+        with pytest.raises(SyncError, match="checksum mismatch"):
+            fetch_p2p(server.endpoint, "gen-x", backend="gloo", timeout_s=10)
+    finally:
+        server.close()
+
+
+def vanish_after_asking(endpoint: str) -> None:
+    """A generator that asks for weights and dies before joining the transfer."""
+    import msgpack
+    import zmq
+
+    sock = zmq.Context().socket(zmq.DEALER)
+    sock.connect(endpoint)
+    sock.send_multipart([b"", msgpack.packb({"worker_id": "doomed"})])
+    sock.recv_multipart()
+
+
+def test_transfer_to_a_dead_peer_fails_within_the_timeout_and_the_server_goes_on() -> None:
+    server = P2PWeightServer("127.0.0.1", backend="gloo", timeout_s=2, bucket_bytes=4096)
+    try:
+        buffer = torch.randn(50_000)
+        server.publish(FlatWeights(3, buffer, checksum(buffer)))
+        proc = mp.get_context("spawn").Process(target=vanish_after_asking, args=(server.endpoint,))
+        started = time.monotonic()
+        proc.start()
+        proc.join(30)
+        while server.num_failed == 0:
+            assert time.monotonic() - started < 15, "the dead peer stalled the server"
+            time.sleep(0.05)
+        assert time.monotonic() - started < 2 + 8  # one sync timeout plus process start-up
+        version, got = fetch_p2p(server.endpoint, "gen-ok", backend="gloo", timeout_s=10)
+        assert version == 3 and torch.equal(got, buffer)
+        assert server.num_served == 1
+    finally:
+        server.close()
+
+
+def test_unanswering_trainer_raises_naming_it() -> None:
+    endpoint = f"tcp://127.0.0.1:{free_port_block(size=1)}"
+    started = time.monotonic()
+    with pytest.raises(SyncError, match=f"weight server at {endpoint} did not answer"):
+        fetch_p2p(endpoint, "gen-0", backend="gloo", timeout_s=1)
+    assert time.monotonic() - started < 5
+
+
+def test_auto_transport_picks_nccl_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU here: CUDA availability is faked to check the choice only, not NCCL itself."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_transport("auto") == "nccl"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_transport("auto") == "shm"
+    assert resolve_transport("gloo") == "gloo"
