@@ -17,7 +17,7 @@ test: lint
 	$(BIN)/python -m pytest -q tests
 
 run: setup
-	$(BIN)/llamarl run configs/tiny.yaml --mode sync
+	$(BIN)/llamarl run configs/tiny.yaml
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

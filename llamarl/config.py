@@ -138,7 +138,9 @@ class SyncConfig(_Section):
     transport: Literal["auto", "gloo", "nccl", "shm"] = "auto"
     """Weight transport; auto = nccl on CUDA, else shm on one host, else gloo."""
     host: str = "127.0.0.1"
-    """Address the trainer's weight server binds and announces (gloo/nccl)."""
+    """Address the trainer's weight server binds (gloo/nccl); 0.0.0.0 in containers."""
+    advertise_host: str | None = None
+    """Address generators use to reach the weight server; null means `host`."""
     bucket_mb: float = Field(16.0, gt=0, le=65536)
     """Bucket size weights are streamed in."""
     timeout_s: float = Field(60.0, gt=0, le=3600)
@@ -158,6 +160,8 @@ class WorkersConfig(_Section):
     """A worker whose heartbeat is older than this is reported dead."""
     torch_threads: int = Field(1, ge=1, le=1024)
     """torch intra-op threads per worker process."""
+    trainer_threads: int | None = Field(None, ge=1, le=1024)
+    """torch threads for the trainer; null means `torch_threads`."""
 
 
 class RunConfig(_Section):

@@ -11,6 +11,7 @@ Key schema (all under `llamarl:<run_id>:`; see README):
   workers                 set     every worker_id that ever registered
   worker:<worker_id>      hash    role, pid, host, status, started_at, last_seen; expires at TTL
   rejected                hash    <source>.<reason> -> rejected message count
+  run_status              string  running | finished (set by the trainer; workers exit on it)
 Every multi-key update is one Lua script, so concurrent workers never see a half-done change.
 Calls retry a lost connection with bounded, logged backoff until `connect_deadline_s` runs out.
 """
@@ -227,6 +228,13 @@ class VersionStore:
             ]
 
         return self._call("workers", read)
+
+    # -- run status ------------------------------------------------------------------------
+    def set_run_status(self, status: str) -> None:
+        self._call("set run status", lambda: self.client.set(self.key("run_status"), status))
+
+    def run_status(self) -> str | None:
+        return self._call("run status", lambda: self.client.get(self.key("run_status")))
 
     # -- rejected input -------------------------------------------------------------------
     def count_rejected(self, source: str, reason: str, count: int = 1) -> None:

@@ -49,6 +49,7 @@ def _busy_fractions(run_dir: Path) -> dict[str, float]:
 
 def bench(config_path: Path, target: float, work_dir: Path) -> dict[str, Any]:
     tree = yaml.safe_load(config_path.read_text())
+    work_dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"config": str(config_path), "target_accuracy": target}
     for mode in ("sync", "async"):
         run_dir = work_dir / mode

@@ -13,7 +13,7 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -34,20 +34,23 @@ log = structlog.get_logger(__name__)
 
 @dataclass
 class BusyTimer:
-    """Busy and idle seconds of a worker's loop, from its own clock."""
+    """Busy and idle seconds of a worker's loop, from its own clock, counted from its first
+    unit of work (start-up, model loading and the trainer's warm-start are not idle time)."""
 
     busy_s: float = 0.0
     idle_s: float = 0.0
-    _mark: float = field(default_factory=time.monotonic)
+    _mark: float | None = None
 
     def busy(self) -> None:
         now = time.monotonic()
-        self.idle_s += now - self._mark
+        if self._mark is not None:
+            self.idle_s += now - self._mark
         self._mark = now
 
     def idle(self) -> None:
         now = time.monotonic()
-        self.busy_s += now - self._mark
+        if self._mark is not None:
+            self.busy_s += now - self._mark
         self._mark = now
 
 
@@ -63,7 +66,8 @@ class WorkerContext:
         self.stopping = False
         self.timer = BusyTimer()
         self.counters: dict[str, float] = {}
-        torch.set_num_threads(config.workers.torch_threads)
+        threads = config.workers.trainer_threads if role == "trainer" else None
+        torch.set_num_threads(threads or config.workers.torch_threads)
         self.store = VersionStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
         self.bus = BusClient(
             BrokerEndpoints(config.broker.host, config.broker.port),
@@ -81,17 +85,26 @@ class WorkerContext:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
+        log.info("stopping on signal", signal=signal.Signals(signum).name)
 
-    def beat(self, **status: Any) -> None:
-        """Heartbeat (rate-limited) and check the control topic for a stop."""
-        now = time.monotonic()
+    def stop_requested(self) -> bool:
+        """True once a signal or a `stop` on the control topic asked this worker to stop."""
         while (message := self.control.recv(0)) is not None:
             if message[1].payload.command == "stop":
                 log.info("stop requested", by=message[1].sender)
                 self.stopping = True
+        return self.stopping
+
+    def beat(self, **status: Any) -> None:
+        """Heartbeat (rate-limited); check the control topic and the run status for a stop."""
+        now = time.monotonic()
+        self.stop_requested()
         if now - self._last_beat < self.config.workers.heartbeat_s:
             return
         self._last_beat = now
+        if self.role != "trainer" and self.store.run_status() == "finished":
+            # Also reaches a worker that joined after the stop message was published.
+            self.stopping = True
         fields = {"role": self.role, "status": "running", "busy_s": round(self.timer.busy_s, 3)}
         fields |= {"idle_s": round(self.timer.idle_s, 3), **self.counters, **status}
         self.store.heartbeat(self.worker_id, self.config.workers.heartbeat_ttl_s, **fields)

@@ -52,7 +52,7 @@ class Generator:
         meta = self.ctx.store.version_meta()
         try:
             version, buffer = fetch_weights(
-                meta, self.ctx.worker_id, self.ctx.config.sync.timeout_s
+                meta, self.ctx.worker_id, self.ctx.config.sync.timeout_s, self.ctx.stop_requested
             )
         except SyncError as err:
             self.ctx.counters["sync_failures"] = self.ctx.counters.get("sync_failures", 0) + 1
@@ -101,6 +101,8 @@ class Generator:
         ctx = self.ctx
         while not ctx.stopping:
             ctx.beat(policy_version=self.policy_version)
+            if ctx.stopping:
+                break
             ctx.timer.busy()
             self.sync_weights()
             tickets = self.claim() if self.policy_version >= 0 else []

@@ -54,7 +54,15 @@ def spawn(role: str, worker_id: str, config_path: str, env: dict[str, str], logs
     return Child(role, worker_id, process)
 
 
-def stop_all(children: list[Child]) -> None:
+def wait_all(children: list[Child], timeout_s: float) -> None:
+    """Give children that were told to stop the time to exit on their own."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(c.process.poll() is None for c in children):
+        time.sleep(0.1)
+
+
+def stop_all(children: list[Child]) -> dict[str, int]:
+    """SIGTERM every live child, SIGKILL what is left after the timeout; their exit codes."""
     for child in children:
         if child.process.poll() is None:
             child.process.terminate()
@@ -65,6 +73,7 @@ def stop_all(children: list[Child]) -> None:
         except subprocess.TimeoutExpired:
             child.process.kill()
             child.process.wait(STOP_TIMEOUT_S)
+    return {child.worker_id: int(child.process.returncode) for child in children}
 
 
 def progress_line(store: VersionStore, total_steps: int) -> str:
@@ -74,6 +83,7 @@ def progress_line(store: VersionStore, total_steps: int) -> str:
         f"step {trainer.get('step', 0)}/{total_steps}  version {trainer.get('policy_version', '-')}"
         f"  reward {float(trainer.get('reward_mean', 0)):.3f}"
         f"  held-out {float(trainer.get('held_out_accuracy', 0)):.3f}"
+        f"  staleness max {trainer.get('max_staleness', 0)}"
         f"  tickets issued {ledger['issued']} trained {ledger['trained']}"
         f" stale {ledger['dropped_stale']} open {ledger['open']}"
     )
@@ -92,6 +102,8 @@ def supervise(children: list[Child], store: VersionStore, config: RunConfig) -> 
                 if tty:
                     sys.stderr.write("\n")
                 return
+            if code == 0 and store.run_status() == "finished":
+                continue  # told to stop by the finishing trainer
             raise RuntimeError(f"{child.role} {child.worker_id} exited with code {code}")
         if time.monotonic() - last_progress > PROGRESS_S:
             last_progress = time.monotonic()
@@ -125,6 +137,8 @@ def run_async(config: RunConfig, config_path: str, run_dir: Path) -> int:
         summary: dict[str, Any] = json.loads((run_dir / "summary.json").read_text())
         summary["ledger"] = store.ledger()
         summary["rejected"] = store.rejected()
+        wait_all(children, 2 * config.workers.heartbeat_s + STOP_TIMEOUT_S)
+        summary["exit_codes"] = stop_all(children)
         print(json.dumps(summary), flush=True)
         return 0
     finally:

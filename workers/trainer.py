@@ -141,7 +141,8 @@ class Trainer:
         while self.step < config.trainer.num_steps and not ctx.stopping:
             ctx.beat(step=self.step, policy_version=self.policy_version,
                      reward_mean=self.last.get("reward_mean", 0.0),
-                     held_out_accuracy=self.last.get("held_out_accuracy", final))  # fmt: skip
+                     held_out_accuracy=self.last.get("held_out_accuracy", final),
+                     max_staleness=self.max_staleness_seen)  # fmt: skip
             envelope = consumer.recv(POLL_MS)
             while envelope is not None:
                 self.admit(envelope.payload)
@@ -150,9 +151,10 @@ class Trainer:
             if len(self.buffer) >= config.trainer.prompts_per_step:
                 self.train_step()
                 final = self.last.get("held_out_accuracy", final)
-        ctx.bus.publish(
-            CONTROL, Control("stop", {"reason": "trainer finished"}), self.policy_version
-        )
+        if self.step >= config.trainer.num_steps:
+            ctx.store.set_run_status("finished")
+            stop = Control("stop", {"reason": "trainer finished"})
+            ctx.bus.publish(CONTROL, stop, self.policy_version)
         ctx.beat(step=self.step, policy_version=self.policy_version, status="finished")
         return {
             "mode": "async",

@@ -11,7 +11,7 @@ import torch
 
 from llamarl.config import SyncConfig
 from llamarl.weightsync.flat import FlatWeights
-from llamarl.weightsync.p2p import P2PWeightServer, fetch_p2p
+from llamarl.weightsync.p2p import P2PWeightServer, StopCheck, fetch_p2p
 from llamarl.weightsync.shm import ShmPublisher, fetch_shm
 
 
@@ -36,6 +36,7 @@ class WeightPublisher:
                 backend=self.transport,
                 timeout_s=config.timeout_s,
                 bucket_bytes=int(config.bucket_mb * 1024 * 1024),
+                advertise_host=config.advertise_host,
             )
 
     def publish(self, weights: FlatWeights) -> dict[str, str | int]:
@@ -60,11 +61,13 @@ class WeightPublisher:
 
 
 def fetch_weights(
-    meta: dict[str, str], worker_id: str, timeout_s: float
+    meta: dict[str, str], worker_id: str, timeout_s: float, should_stop: StopCheck = lambda: False
 ) -> tuple[int, torch.Tensor]:
     """The generator's end: pull and verify the version described by `meta`."""
     transport = meta["transport"]
     if transport == "shm":
         buffer = fetch_shm(meta["endpoint"], int(meta["num_bytes"]), meta["checksum"])
         return int(meta["policy_version"]), buffer
-    return fetch_p2p(meta["endpoint"], worker_id, backend=transport, timeout_s=timeout_s)
+    return fetch_p2p(
+        meta["endpoint"], worker_id, backend=transport, timeout_s=timeout_s, should_stop=should_stop
+    )

@@ -13,6 +13,8 @@ from __future__ import annotations
 import datetime
 import itertools
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
@@ -28,6 +30,7 @@ from llamarl.weightsync.flat import FlatWeights, verify
 
 log = structlog.get_logger(__name__)
 POLL_MS = 100
+StopCheck = Callable[[], bool]
 
 
 def pair_group(backend: str, store: dist.Store, rank: int, timeout_s: float) -> Any:
@@ -45,7 +48,15 @@ def buckets(total: int, bucket_values: int) -> list[tuple[int, int]]:
 
 
 class P2PWeightServer:
-    def __init__(self, host: str, *, backend: str, timeout_s: float, bucket_bytes: int) -> None:
+    def __init__(
+        self,
+        host: str,
+        *,
+        backend: str,
+        timeout_s: float,
+        bucket_bytes: int,
+        advertise_host: str | None = None,
+    ) -> None:
         self.backend = backend
         self.timeout_s = timeout_s
         self.bucket_values = max(1, bucket_bytes // 4)
@@ -57,7 +68,7 @@ class P2PWeightServer:
         self._ctx = zmq.Context()
         self._control = make_socket(self._ctx, zmq.ROUTER, 100)
         port = self._control.bind_to_random_port(f"tcp://{host}")
-        self.endpoint = f"tcp://{host}:{port}"
+        self.endpoint = f"tcp://{advertise_host or host}:{port}"
         self._latest: FlatWeights | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -123,18 +134,32 @@ class P2PWeightServer:
         self._ctx.term()
 
 
+def _await_reply(sock: zmq.Socket, endpoint: str, timeout_s: float, should_stop: StopCheck) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not sock.poll(POLL_MS):
+        if should_stop():
+            raise SyncError(f"stopped while waiting for the weight server at {endpoint}")
+        if time.monotonic() > deadline:
+            raise SyncError(f"trainer weight server at {endpoint} did not answer in {timeout_s}s")
+    return msgpack.unpackb(sock.recv_multipart()[-1], raw=False)
+
+
 def fetch_p2p(
-    endpoint: str, worker_id: str, *, backend: str, timeout_s: float
+    endpoint: str,
+    worker_id: str,
+    *,
+    backend: str,
+    timeout_s: float,
+    should_stop: StopCheck = lambda: False,
 ) -> tuple[int, torch.Tensor]:
-    """Pull the latest version from the trainer at `endpoint`; verified before it is returned."""
+    """Pull the latest version from the trainer at `endpoint`; verified before it is returned.
+    Waiting for the server's answer ends early when `should_stop()` turns true."""
     ctx = zmq.Context()
     sock = make_socket(ctx, zmq.DEALER, 10)
     try:
         sock.connect(endpoint)
         sock.send_multipart([b"", msgpack.packb({"worker_id": worker_id})])
-        if not sock.poll(int(timeout_s * 1000)):
-            raise SyncError(f"trainer weight server at {endpoint} did not answer in {timeout_s}s")
-        reply = msgpack.unpackb(sock.recv_multipart()[-1], raw=False)
+        reply = _await_reply(sock, endpoint, timeout_s, should_stop)
     finally:
         sock.close(linger=0)
         ctx.term()

@@ -18,9 +18,14 @@ from tests.integration.async_helpers import (
 )
 
 
-@pytest.mark.parametrize("max_staleness", [0, 1, 2])
-def test_staleness_bound_and_balanced_ledger(tmp_path: Path, max_staleness: int) -> None:
-    config = write_config(tmp_path, f"k{max_staleness}", staleness={"max_staleness": max_staleness})
+@pytest.mark.parametrize(("max_staleness", "transport"), [(0, "shm"), (1, "gloo"), (2, "shm")])
+def test_staleness_bound_and_balanced_ledger(
+    tmp_path: Path, max_staleness: int, transport: str
+) -> None:
+    config = write_config(
+        tmp_path, f"k{max_staleness}",
+        staleness={"max_staleness": max_staleness}, sync={"transport": transport},
+    )  # fmt: skip
     proc = launch(config)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
@@ -28,6 +33,7 @@ def test_staleness_bound_and_balanced_ledger(tmp_path: Path, max_staleness: int)
     steps, per_step = 12, 4
     assert summary["mode"] == "async" and summary["steps"] == steps
     assert summary["max_staleness"] <= max_staleness
+    assert set(summary["exit_codes"].values()) == {0}, summary["exit_codes"]
     entries = trained_entries(tmp_path / f"k{max_staleness}")
     assert len(entries) == steps * per_step
     assert max(e["staleness"] for e in entries) <= max_staleness
@@ -37,6 +43,12 @@ def test_staleness_bound_and_balanced_ledger(tmp_path: Path, max_staleness: int)
     assert ledger["issued"] == ledger["trained"] + ledger["dropped_stale"] + ledger["open"]
     assert ledger["open"] == 0 and ledger["trained"] == steps * per_step
     assert processes_mentioning(str(config)) == []
+    # Every generator pulled versions over the configured transport and swapped them in.
+    syncs = [
+        json.loads(p.read_text())["syncs"]
+        for p in (tmp_path / f"k{max_staleness}" / "timers").glob("generator-*.json")
+    ]
+    assert len(syncs) == 2 and min(syncs) >= 2
 
 
 def _wait_for_training(run_dir: Path, timeout_s: float = 120) -> None:

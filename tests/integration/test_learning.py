@@ -13,13 +13,17 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
-def test_sync_run_lifts_held_out_accuracy(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "llamarl.cli", "run", str(REPO / "configs" / "tiny.yaml"), "--mode", "sync"],
+def _run_tiny(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "llamarl.cli", "run", str(REPO / "configs" / "tiny.yaml"), "--mode", mode],
         capture_output=True, text=True, timeout=900,
         env={**os.environ, "LLAMARL_RUN_DIR": str(tmp_path / "run")},
     )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_sync_run_lifts_held_out_accuracy(tmp_path: Path) -> None:
+    done = _run_tiny(tmp_path, "sync")
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["mode"] == "sync" and summary["steps"] == 300
@@ -41,3 +45,15 @@ def test_sync_run_lifts_held_out_accuracy(tmp_path: Path) -> None:
     ):
         assert key in records[0], key
     assert max(abs(r["mismatch_kl"]) for r in records) < 1e-4
+
+
+@pytest.mark.slow
+def test_async_run_lifts_held_out_accuracy(tmp_path: Path) -> None:
+    done = _run_tiny(tmp_path, "async")
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["mode"] == "async" and summary["steps"] == 300
+    assert summary["final_accuracy"] - summary["initial_accuracy"] >= 0.12, summary
+    assert summary["max_staleness"] <= 1
+    assert summary["ledger"]["open"] == 0
+    assert summary["ledger"]["trained"] == 300 * 16
