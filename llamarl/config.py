@@ -162,6 +162,8 @@ class WorkersConfig(_Section):
     """torch intra-op threads per worker process."""
     trainer_threads: int | None = Field(None, ge=1, le=1024)
     """torch threads for the trainer; null means `torch_threads`."""
+    max_restarts: int = Field(3, ge=0, le=1000)
+    """`llamarl run` restarts a dead generator or reward worker up to this many times each."""
 
 
 class RunConfig(_Section):

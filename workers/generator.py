@@ -93,7 +93,14 @@ class Generator:
             generator=self.rng,
         )
         pairs = [(t.ticket_id, t.attempt) for t in tickets]
-        for group in pack_groups(self.policy, batch, examples, pairs, self.policy_version):
+        groups = pack_groups(self.policy, batch, examples, pairs, self.policy_version)
+        lease_s = self.ctx.config.staleness.lease_s
+        for ticket, group in zip(tickets, groups, strict=True):
+            # A lease lost meanwhile was reissued to another generator: its result would only be
+            # a duplicate, so it is not sent.
+            if not self.ctx.store.renew_lease(ticket, lease_s):
+                self.ctx.counters["leases_lost"] = self.ctx.counters.get("leases_lost", 0) + 1
+                continue
             self.ctx.bus.push(ROLLOUTS, group, self.policy_version)
         self.ctx.counters["groups"] = self.ctx.counters.get("groups", 0) + len(tickets)
 

@@ -4,7 +4,9 @@
 private Redis and broker (when the config names no Redis URL), then the trainer, the generators
 and the reward workers as child processes, each in its own session so only this launcher signals
 them. It shows progress from Redis, ends when the trainer finishes, and always stops every child
-(also on Ctrl-C or when a child dies: the run then exits 1 naming the role). The last stdout line
+(also on Ctrl-C). A dead generator or reward worker is restarted under the same id, up to
+`workers.max_restarts` times each; a dead trainer, or one restart too many, ends the run with
+exit code 1 naming the role. The last stdout line
 is the JSON summary, with the ledger and the largest staleness trained on.
 """
 
@@ -21,11 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from llamarl.config import RunConfig, dump_config, load_config
 from llamarl.log import configure_logging
 from llamarl.sync_run import run_sync
 from llamarl.version_store import VersionStore
 from workers.embedded import EmbeddedServices
+
+log = structlog.get_logger(__name__)
 
 POLL_S = 0.5
 PROGRESS_S = 2.0
@@ -89,28 +95,55 @@ def progress_line(store: VersionStore, total_steps: int) -> str:
     )
 
 
-def supervise(children: list[Child], store: VersionStore, config: RunConfig) -> None:
-    """Wait for the trainer to finish; raise naming the role if any child dies first."""
-    last_progress = 0.0
-    tty = sys.stderr.isatty()
-    while True:
-        for child in children:
-            code = child.process.poll()
-            if code is None:
-                continue
-            if child.role == "trainer" and code == 0:
-                if tty:
-                    sys.stderr.write("\n")
-                return
-            if code == 0 and store.run_status() == "finished":
-                continue  # told to stop by the finishing trainer
-            raise RuntimeError(f"{child.role} {child.worker_id} exited with code {code}")
-        if time.monotonic() - last_progress > PROGRESS_S:
-            last_progress = time.monotonic()
-            line = progress_line(store, config.trainer.num_steps)
-            sys.stderr.write(f"\r{line}" if tty else f"{line}\n")
-            sys.stderr.flush()
-        time.sleep(POLL_S)
+class Supervisor:
+    """Watches the children: restarts a dead generator or reward worker (up to
+    `workers.max_restarts` times each), ends the run when the trainer finishes or dies."""
+
+    def __init__(self, config: RunConfig, config_path: str, env: dict[str, str], logs: Path):
+        self.config = config
+        self.config_path = config_path
+        self.env = env
+        self.logs = logs
+        self.children: list[Child] = []
+        self.restarts: dict[str, int] = {}
+
+    def start(self, role: str, worker_id: str) -> None:
+        self.children.append(spawn(role, worker_id, self.config_path, self.env, self.logs))
+
+    def _restart(self, index: int, code: int) -> None:
+        child = self.children[index]
+        count = self.restarts.get(child.worker_id, 0)
+        if child.role == "trainer" or count >= self.config.workers.max_restarts:
+            tries = f" after {count} restarts" if count else ""
+            raise RuntimeError(f"{child.role} {child.worker_id} exited with code {code}{tries}")
+        self.restarts[child.worker_id] = count + 1
+        log.warning("restarting worker", worker=child.worker_id, exit_code=code, restart=count + 1)
+        self.children[index] = spawn(
+            child.role, child.worker_id, self.config_path, self.env, self.logs
+        )
+
+    def wait_for_trainer(self, store: VersionStore) -> None:
+        """Return when the trainer exits 0; raise naming the role when a child cannot go on."""
+        last_progress = 0.0
+        tty = sys.stderr.isatty()
+        while True:
+            for index, child in enumerate(self.children):
+                code = child.process.poll()
+                if code is None:
+                    continue
+                if child.role == "trainer" and code == 0:
+                    if tty:
+                        sys.stderr.write("\n")
+                    return
+                if code == 0 and store.run_status() == "finished":
+                    continue  # told to stop by the finishing trainer
+                self._restart(index, code)
+            if time.monotonic() - last_progress > PROGRESS_S:
+                last_progress = time.monotonic()
+                line = progress_line(store, self.config.trainer.num_steps)
+                sys.stderr.write(f"\r{line}" if tty else f"{line}\n")
+                sys.stderr.flush()
+            time.sleep(POLL_S)
 
 
 def run_async(config: RunConfig, config_path: str, run_dir: Path) -> int:
@@ -121,28 +154,28 @@ def run_async(config: RunConfig, config_path: str, run_dir: Path) -> int:
     env = services.env() if services is not None else {}
     url = services.redis_url if services is not None else str(config.redis.url)
     store = VersionStore(url, config.run_id, config.redis.connect_deadline_s)
-    children: list[Child] = []
-    logs = run_dir / "logs"
+    supervisor = Supervisor(config, config_path, env, run_dir / "logs")
     try:
-        children.append(spawn("trainer", "trainer", config_path, env, logs))
+        supervisor.start("trainer", "trainer")
         for i in range(config.workers.num_generators):
-            children.append(spawn("generator", f"generator-{i}", config_path, env, logs))
+            supervisor.start("generator", f"generator-{i}")
         for i in range(config.workers.num_reward):
-            children.append(spawn("reward", f"reward-{i}", config_path, env, logs))
+            supervisor.start("reward", f"reward-{i}")
         try:
-            supervise(children, store, config)
+            supervisor.wait_for_trainer(store)
         except RuntimeError as err:
-            print(f"run failed: {err}; logs in {logs}", file=sys.stderr)
+            print(f"run failed: {err}; logs in {run_dir / 'logs'}", file=sys.stderr)
             return 1
         summary: dict[str, Any] = json.loads((run_dir / "summary.json").read_text())
         summary["ledger"] = store.ledger()
         summary["rejected"] = store.rejected()
-        wait_all(children, 2 * config.workers.heartbeat_s + STOP_TIMEOUT_S)
-        summary["exit_codes"] = stop_all(children)
+        summary["restarts"] = supervisor.restarts
+        wait_all(supervisor.children, 2 * config.workers.heartbeat_s + STOP_TIMEOUT_S)
+        summary["exit_codes"] = stop_all(supervisor.children)
         print(json.dumps(summary), flush=True)
         return 0
     finally:
-        stop_all(children)
+        stop_all(supervisor.children)
         store.close()
         if services is not None:
             services.stop()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -71,7 +73,9 @@ def test_sigint_leaves_no_child_behind(tmp_path: Path) -> None:
 
 
 def test_child_crash_ends_the_run_naming_the_role(tmp_path: Path) -> None:
-    config = write_config(tmp_path, "crash", trainer={"num_steps": 100_000})
+    config = write_config(
+        tmp_path, "crash", trainer={"num_steps": 100_000}, workers={"max_restarts": 0}
+    )
     proc = launch(config)
     _wait_for_training(tmp_path / "crash")
     (victim,) = processes_mentioning("--worker-id generator-1")
@@ -80,3 +84,48 @@ def test_child_crash_ends_the_run_naming_the_role(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "run failed: generator generator-1 exited with code -9" in err
     assert processes_mentioning(str(config)) == []
+
+
+STEPS = 600  # long enough (about 20 s of training) for every kill to land mid-run
+
+
+def test_killed_workers_are_restarted_and_nothing_is_lost(tmp_path: Path) -> None:
+    """Chaos: SIGKILL generators and the reward worker at random moments during a run."""
+    config = write_config(
+        tmp_path, "chaos",
+        trainer={"num_steps": STEPS}, staleness={"max_staleness": 1, "lease_s": 2.0},
+        workers={"max_restarts": 10},
+    )  # fmt: skip
+    run_dir = tmp_path / "chaos"
+    proc = launch(config)
+    _wait_for_training(run_dir)
+    rng = random.Random(7)
+    kills = 0
+    for victim in ["generator-0", "reward-0", "generator-1", "reward-0", "generator-0"]:
+        time.sleep(rng.uniform(0.5, 2.5))
+        pids = processes_mentioning(f"--worker-id {victim} ")
+        if proc.poll() is None and pids:
+            os.kill(pids[0], signal.SIGKILL)
+            kills += 1
+        _wait_for_respawn(victim, proc)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert kills >= 3 and sum(summary["restarts"].values()) >= kills, (kills, summary)
+    entries = trained_entries(run_dir)
+    assert len(entries) == STEPS * 4
+    assert len({e["rollout_id"] for e in entries}) == len(entries)
+    assert len({e["ticket_id"] for e in entries}) == len(entries)
+    assert max(e["staleness"] for e in entries) <= 1
+    ledger = summary["ledger"]
+    assert ledger["issued"] == ledger["trained"] + ledger["dropped_stale"]
+    assert ledger["open"] == 0 and ledger["trained"] == STEPS * 4
+    assert processes_mentioning(str(config)) == []
+
+
+def _wait_for_respawn(worker_id: str, launcher: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 30
+    while launcher.poll() is None and time.monotonic() < deadline:
+        if processes_mentioning(f"--worker-id {worker_id} "):
+            return
+        time.sleep(0.1)
