@@ -4,7 +4,9 @@ Fan-out (XSUB -> XPUB): every message published on a fan-out topic reaches every
 that topic. XPUB drops for a subscriber whose queue is at the high-water mark; fan-out topics
 (versions, control, heartbeats) tolerate that because their state is also in Redis.
 
-Work (PULL -> ROUTER): a consumer (DEALER) sends `READY <topic> <n>` to grant n credits; each work
+Work (PULL -> ROUTER): a consumer (DEALER) sends `READY <topic> <n>` to add n credits, or
+`CREDIT <topic> <n>` to set its credits to n (an idle consumer re-announces so, which also
+restores its credits after a broker restart); each work
 message goes to exactly one consumer holding a credit, in grant order. The broker holds at most
 `max_queue` messages per work topic; when any topic's queue is full it stops reading producers,
 whose PUSH sockets then fill to their HWM and block: backpressure, never silent loss. Messages
@@ -32,6 +34,7 @@ from llamarl.topics import FANOUT_TOPICS, WORK_TOPICS
 log = structlog.get_logger(__name__)
 POLL_MS = 100
 MAX_CREDIT_GRANT = 1000
+CREDIT_COMMANDS = (b"READY", b"CREDIT")
 
 
 class Broker:
@@ -117,7 +120,7 @@ class Broker:
             stats = dict(self.counters) | {f"queued.{t}": len(q) for t, q in self.queues.items()}
             self._send_to(identity, [b"STATS", msgpack.packb(stats)])
             return
-        if len(command) != 3 or command[0] != b"READY" or not command[2].isdigit():
+        if len(command) != 3 or command[0] not in CREDIT_COMMANDS or not command[2].isdigit():
             self._reject("bad_command", repr(command[:1])[:60])
             return
         topic = command[1].decode("utf-8", "replace")
@@ -125,7 +128,10 @@ class Broker:
             self._reject("unknown_topic", topic[:40])
             return
         grant = min(int(command[2]), MAX_CREDIT_GRANT)
-        self.credits[topic].extend([identity] * grant)
+        credits = self.credits[topic]
+        if command[0] == b"CREDIT":  # set, not add: a consumer re-announcing after a restart
+            self.credits[topic] = credits = deque(c for c in credits if c != identity)
+        credits.extend([identity] * grant)
         self._dispatch(topic)
 
     def _send_to(self, identity: bytes, frames: list[bytes]) -> bool:

@@ -8,6 +8,7 @@ frames are decoded and validated; a malformed one is counted through `on_reject`
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -21,6 +22,7 @@ from llamarl.topics import FANOUT_TOPICS, WORK_TOPICS
 
 RejectHook = Callable[[str], None]
 PUSH_LINGER_MS = 2000
+RECREDIT_S = 2.0
 
 
 class _Receiver:
@@ -60,11 +62,18 @@ class Consumer(_Receiver):
     def __init__(self, sock: zmq.Socket, topic: str, credit: int, max_bytes: int, on_reject):
         super().__init__(sock, max_bytes, on_reject)
         self.topic = topic.encode()
-        sock.send_multipart([b"READY", self.topic, str(credit).encode()])
+        self.credit = str(credit).encode()
+        self._idle_since = time.monotonic()
+        sock.send_multipart([b"CREDIT", self.topic, self.credit])
 
     def recv(self, timeout_ms: int) -> Envelope | None:
         if not self.sock.poll(timeout_ms):
+            if time.monotonic() - self._idle_since > RECREDIT_S:
+                # Idle: re-announce the credit, in case the broker restarted and forgot it.
+                self.sock.send_multipart([b"CREDIT", self.topic, self.credit])
+                self._idle_since = time.monotonic()
             return None
+        self._idle_since = time.monotonic()
         frames = self.sock.recv_multipart()
         self.sock.send_multipart([b"READY", self.topic, b"1"])
         return self._decode(frames)

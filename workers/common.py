@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -116,8 +117,13 @@ class WorkerContext:
         (directory / f"{self.worker_id}.json").write_text(json.dumps(record | self.counters))
 
     def close(self) -> None:
-        self.store.heartbeat(self.worker_id, self.config.workers.heartbeat_ttl_s, status="stopped")
         self.write_timers()
+        try:
+            self.store.heartbeat(
+                self.worker_id, self.config.workers.heartbeat_ttl_s, status="stopped"
+            )
+        except ConnectionError:
+            log.warning("could not record the stop in redis")
         self.bus.close()
         self.store.close()
 
@@ -130,14 +136,27 @@ def parse_worker_args(role: str, argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def start_worker(role: str, argv: list[str] | None) -> WorkerContext | int:
-    """The role's context, or an exit code (2) when the config is refused."""
+def run_worker(role: str, argv: list[str] | None, body: Callable[[WorkerContext], None]) -> int:
+    """Build the role's context, run `body`, always close. Exit codes: 0 done, 2 bad config,
+    3 Redis unreachable past `redis.connect_deadline_s` (one clear line, no retry loop)."""
     args = parse_worker_args(role, argv)
     worker_id = args.worker_id or f"{role}-{socket.gethostname()}-{os.getpid()}"
     configure_logging(role, worker_id, args.log_format)
     try:
         config = load_config(args.config) if args.config else parse_config({})
-        return WorkerContext(role, config, worker_id)
+        ctx = WorkerContext(role, config, worker_id)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
+    except ConnectionError as err:
+        print(f"{role} {worker_id}: {err}", file=sys.stderr)
+        return 3
+    try:
+        body(ctx)
+    except ConnectionError as err:
+        log.error("giving up", error=str(err))
+        print(f"{role} {worker_id}: {err}", file=sys.stderr)
+        return 3
+    finally:
+        ctx.close()
+    return 0

@@ -79,9 +79,11 @@ class EmbeddedServices:
             return self.broker.wait(timeout_s)
 
     def stop(self) -> None:
-        self.stop_broker()
-        if self.redis is not None:
-            self.redis.stop()
+        try:
+            self.stop_broker()
+        finally:
+            if self.redis is not None:
+                self.redis.stop()
 
     def __enter__(self) -> EmbeddedServices:
         return self.start()

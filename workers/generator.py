@@ -24,7 +24,7 @@ from llamarl.topics import ROLLOUTS
 from llamarl.version_store import Ticket
 from llamarl.weightsync.channel import fetch_weights
 from llamarl.weightsync.flat import load_flat
-from workers.common import WorkerContext, start_worker
+from workers.common import WorkerContext, run_worker
 
 log = structlog.get_logger(__name__)
 IDLE_SLEEP_S = 0.02
@@ -121,11 +121,4 @@ class Generator:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ctx = start_worker("generator", argv)
-    if isinstance(ctx, int):
-        return ctx
-    try:
-        Generator(ctx).run()
-    finally:
-        ctx.close()
-    return 0
+    return run_worker("generator", argv, lambda ctx: Generator(ctx).run())

@@ -16,11 +16,13 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import structlog
@@ -175,13 +177,22 @@ def run_async(config: RunConfig, config_path: str, run_dir: Path) -> int:
         print(json.dumps(summary), flush=True)
         return 0
     finally:
-        stop_all(supervisor.children)
-        store.close()
-        if services is not None:
-            services.stop()
+        try:
+            stop_all(supervisor.children)
+        finally:
+            store.close()
+            if services is not None:
+                services.stop()
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 def main(args: argparse.Namespace) -> int:
+    # SIGTERM, and SIGINT even where the shell ignores it (background jobs), stop every child.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     config = load_config(args.config)
     configure_logging("launcher", "launcher", args.log_format)
     run_dir = Path(config.run_dir)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from llamarl.rewards import make_verifier
 from llamarl.rollouts import score_group
 from llamarl.topics import ROLLOUTS, SCORED
-from workers.common import WorkerContext, start_worker
+from workers.common import WorkerContext, run_worker
 
 POLL_MS = 50
 
@@ -29,11 +29,4 @@ def serve(ctx: WorkerContext) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ctx = start_worker("reward", argv)
-    if isinstance(ctx, int):
-        return ctx
-    try:
-        serve(ctx)
-    finally:
-        ctx.close()
-    return 0
+    return run_worker("reward", argv, serve)

@@ -26,7 +26,7 @@ from llamarl.tasks import make_prompt_set
 from llamarl.topics import CONTROL, SCORED, VERSIONS
 from llamarl.weightsync.channel import WeightPublisher
 from llamarl.weightsync.flat import flatten
-from workers.common import WorkerContext, start_worker
+from workers.common import WorkerContext, run_worker
 
 log = structlog.get_logger(__name__)
 POLL_MS = 20
@@ -172,15 +172,14 @@ class Trainer:
         self.publisher.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    ctx = start_worker("trainer", argv)
-    if isinstance(ctx, int):
-        return ctx
+def train(ctx: WorkerContext) -> None:
     trainer = Trainer(ctx)
     try:
         summary = trainer.run()
         (Path(ctx.config.run_dir) / "summary.json").write_text(json.dumps(summary))
     finally:
         trainer.close()
-        ctx.close()
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_worker("trainer", argv, train)

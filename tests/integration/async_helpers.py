@@ -63,3 +63,20 @@ def processes_mentioning(text: str) -> list[int]:
 
 def trained_entries(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / "trained.jsonl").open()]
+
+
+def processes_in(directory: Path) -> list[int]:
+    """PIDs of live processes whose working directory is `directory` (redis-server rewrites its
+    command line, but it runs in its data directory)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+            state = (entry / "stat").read_text().split(") ")[1].split()[0]
+        except OSError:
+            continue
+        if cwd.removesuffix(" (deleted)") == str(directory) and state != "Z":
+            found.append(int(entry.name))
+    return found

@@ -14,6 +14,7 @@ import pytest
 
 from tests.integration.async_helpers import (
     launch,
+    processes_in,
     processes_mentioning,
     trained_entries,
     write_config,
@@ -45,6 +46,7 @@ def test_staleness_bound_and_balanced_ledger(
     assert ledger["issued"] == ledger["trained"] + ledger["dropped_stale"] + ledger["open"]
     assert ledger["open"] == 0 and ledger["trained"] == steps * per_step
     assert processes_mentioning(str(config)) == []
+    assert processes_in(tmp_path / f"k{max_staleness}" / "redis") == []
     # Every generator pulled versions over the configured transport and swapped them in.
     syncs = [
         json.loads(p.read_text())["syncs"]
@@ -69,7 +71,7 @@ def test_sigint_leaves_no_child_behind(tmp_path: Path) -> None:
     proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert processes_mentioning(str(config)) == []
-    assert processes_mentioning(str(tmp_path / "sigint" / "redis")) == []
+    assert processes_in(tmp_path / "sigint" / "redis") == []
 
 
 def test_child_crash_ends_the_run_naming_the_role(tmp_path: Path) -> None:

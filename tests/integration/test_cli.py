@@ -51,3 +51,20 @@ def test_worker_broker_without_port_is_a_config_error() -> None:
     )
     assert done.returncode == 2
     assert "config error: broker.port" in done.stderr
+
+
+def test_worker_without_redis_exits_3_after_the_deadline() -> None:
+    env = {
+        **os.environ,
+        "LLAMARL_REDIS_URL": f"redis://127.0.0.1:{free_port_block(size=1)}/0",
+        "LLAMARL_BROKER": f"127.0.0.1:{free_port_block()}",
+        "LLAMARL__REDIS__CONNECT_DEADLINE_S": "1",
+    }
+    started = time.monotonic()
+    done = subprocess.run(
+        [*LLAMARL, "worker", "reward", "--worker-id", "r0", "--log-format", "json"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 3
+    assert "reward r0: redis unreachable for 1s during register worker" in done.stderr
+    assert time.monotonic() - started < 60

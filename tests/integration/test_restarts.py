@@ -1,0 +1,89 @@
+"""Infrastructure restarts during an async run: Redis (SIGKILL, restarted on its AOF) and the
+broker (SIGKILL, restarted on the same ports). The run completes and the ledger balances."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from brokers.redis_server import RedisServer
+from tests.integration.async_helpers import (
+    launch,
+    processes_in,
+    processes_mentioning,
+    trained_entries,
+    write_config,
+)
+
+STEPS = 500
+
+
+def _wait_for_steps(run_dir: Path, steps: int, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    metrics = run_dir / "metrics.jsonl"
+    while not metrics.exists() or len(metrics.read_text().splitlines()) < steps:
+        assert time.monotonic() < deadline, f"run did not reach step {steps}"
+        time.sleep(0.2)
+
+
+def _restart_redis(run_dir: Path) -> RedisServer:
+    """SIGKILL the run's redis-server and start a new one on the same port and AOF directory."""
+    (pid,) = processes_in(run_dir / "redis")
+    port = int(Path(f"/proc/{pid}/cmdline").read_bytes().split(b":")[-1].strip(b"\0 "))
+    os.kill(pid, signal.SIGKILL)
+    while processes_in(run_dir / "redis"):
+        time.sleep(0.05)
+    time.sleep(1.0)  # the outage
+    return RedisServer(run_dir / "redis", port=port).start()
+
+
+def _restart_broker(run_dir: Path) -> subprocess.Popen[bytes]:
+    """SIGKILL the run's broker and start it again with the same command and environment."""
+    (pid,) = processes_mentioning("-m brokers")
+    proc_dir = Path(f"/proc/{pid}")
+    argv = [a.decode() for a in (proc_dir / "cmdline").read_bytes().split(b"\0") if a]
+    pairs = (proc_dir / "environ").read_bytes().split(b"\0")
+    environ = dict(item.decode().split("=", 1) for item in pairs if b"=" in item)
+    os.kill(pid, signal.SIGKILL)
+    while processes_mentioning("-m brokers"):
+        time.sleep(0.05)
+    time.sleep(1.0)  # the outage
+    with open(run_dir / "broker2.log", "ab") as log:
+        return subprocess.Popen(argv, env=environ, stdout=log, stderr=subprocess.STDOUT)
+
+
+def test_run_survives_redis_and_broker_restarts(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path, "restarts",
+        trainer={"num_steps": STEPS}, staleness={"max_staleness": 1, "lease_s": 3.0},
+        workers={"max_restarts": 0},
+    )  # fmt: skip
+    run_dir = tmp_path / "restarts"
+    proc = launch(config)
+    redis: RedisServer | None = None
+    broker: subprocess.Popen[bytes] | None = None
+    try:
+        _wait_for_steps(run_dir, 50)
+        redis = _restart_redis(run_dir)
+        _wait_for_steps(run_dir, 150)
+        broker = _restart_broker(run_dir)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if broker is not None:
+            broker.terminate()
+            broker.wait(10)
+        if redis is not None:
+            redis.stop()
+    assert proc.returncode == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    entries = trained_entries(run_dir)
+    assert len(entries) == STEPS * 4
+    assert len({e["rollout_id"] for e in entries}) == len(entries)
+    assert max(e["staleness"] for e in entries) <= 1
+    ledger = summary["ledger"]
+    assert ledger["issued"] == ledger["trained"] + ledger["dropped_stale"]
+    assert ledger["open"] == 0 and ledger["trained"] == STEPS * 4
