@@ -80,3 +80,16 @@ def processes_in(directory: Path) -> list[int]:
         if cwd.removesuffix(" (deleted)") == str(directory) and state != "Z":
             found.append(int(entry.name))
     return found
+
+
+def check_finished_run(summary: dict[str, Any], run_dir: Path, num_groups: int, k: int) -> None:
+    """The guarantees of a finished run: each ticket and rollout trained once, staleness <= k,
+    and a balanced ledger with nothing left open."""
+    entries = trained_entries(run_dir)
+    assert len(entries) == num_groups
+    assert len({e["rollout_id"] for e in entries}) == num_groups, "a rollout trained twice"
+    assert len({e["ticket_id"] for e in entries}) == num_groups, "a ticket trained twice"
+    assert max(e["staleness"] for e in entries) <= k
+    ledger = summary["ledger"]
+    assert ledger["issued"] == ledger["trained"] + ledger["dropped_stale"] + ledger["open"]
+    assert ledger["open"] == 0 and ledger["trained"] == num_groups
