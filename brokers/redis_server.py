@@ -100,9 +100,3 @@ class RedisServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout_s)
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash would (tests of restarts)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)

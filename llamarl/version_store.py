@@ -174,10 +174,6 @@ class VersionStore:
             "ticket state", lambda: self.client.hget(self.key("tickets"), str(ticket_id))
         )
 
-    def ticket_states(self) -> dict[int, str]:
-        raw = self._call("tickets", lambda: self.client.hgetall(self.key("tickets")))
-        return {int(k): v for k, v in raw.items()}
-
     # -- worker registry ------------------------------------------------------------------
     def register_worker(self, worker_id: str, role: str, ttl_s: float, **fields: Any) -> None:
         now = time.time()
