@@ -155,13 +155,16 @@ class Broker:
     def serve(self) -> None:
         log.info("broker serving", endpoints=str(self.endpoints))
         try:
+            # Two pollers built once: with producers while every work queue has room, without
+            # them (backpressure) when one is full.
+            full = zmq.Poller()
+            for sock in (self.pub_in, self.sub_out, self.work_out):
+                full.register(sock, zmq.POLLIN)
+            open_ = zmq.Poller()
+            for sock in (self.pub_in, self.sub_out, self.work_out, self.work_in):
+                open_.register(sock, zmq.POLLIN)
             while not self._stop.is_set():
-                poller = zmq.Poller()
-                poller.register(self.pub_in, zmq.POLLIN)
-                poller.register(self.sub_out, zmq.POLLIN)
-                poller.register(self.work_out, zmq.POLLIN)
-                if self._room_for_work():
-                    poller.register(self.work_in, zmq.POLLIN)
+                poller = open_ if self._room_for_work() else full
                 ready = dict(poller.poll(POLL_MS))
                 if self.pub_in in ready:
                     self._forward_fanout()
