@@ -119,8 +119,9 @@ class TrainerConfig(_Section):
     """Supervised warm-start learning rate."""
     sft_batch_size: int = Field(64, ge=1, le=100_000)
     """Supervised warm-start batch size."""
-    checkpoint_every: int = Field(20, ge=1, le=1_000_000)
-    """Checkpoint every this many steps."""
+    checkpoint_every: int = Field(20, ge=0, le=1_000_000)
+    """Checkpoint every this many steps (also after the warm start and on a stop); 0 turns
+    checkpoints off, and a restarted trainer then starts over from the warm start."""
     keep_checkpoints: int = Field(2, ge=1, le=1000)
     """Checkpoints kept on disk."""
     max_grad_norm: float = Field(1.0, gt=0, le=1e6)

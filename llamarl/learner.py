@@ -24,13 +24,16 @@ class Learner:
         algorithm: AlgorithmConfig,
         trainer: TrainerConfig,
         temperature: float,
+        reference: Policy | None = None,
     ) -> None:
         self.policy = policy
         self.algorithm = algorithm
         self.trainer = trainer
         self.temperature = temperature
         self.optimizer = torch.optim.AdamW(policy.model.parameters(), lr=trainer.lr)
-        self.reference = copy.deepcopy(policy) if algorithm.kl_coef > 0 else None
+        if algorithm.kl_coef > 0 and reference is None:
+            reference = copy.deepcopy(policy)
+        self.reference = reference if algorithm.kl_coef > 0 else None
 
     def step(self, batch: TrainBatch) -> dict[str, float]:
         algorithm = self.algorithm

@@ -75,3 +75,25 @@ redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HINCRBY', KEYS[4], ARGV[2], 1)
 return 1
 """
+
+REOPEN_TICKET = """
+-- KEYS: tickets, leases, lease_owner, ledger. ARGV: ticket_id, requeue (1 or 0)
+-- Puts a trained ticket whose update a trainer crash lost back to open. requeue=1 gives it an
+-- expired lease, so the next claim reissues it; requeue=0 leaves it without a lease because the
+-- trainer holds its rollout. Returns 1 when reopened or already open, 0 when dropped or unknown.
+local state = redis.call('HGET', KEYS[1], ARGV[1])
+if state == 'trained' then
+  redis.call('HSET', KEYS[1], ARGV[1], 'open')
+  redis.call('HINCRBY', KEYS[4], 'trained', -1)
+  redis.call('HINCRBY', KEYS[4], 'reopened', 1)
+elseif state ~= 'open' then
+  return 0
+end
+if ARGV[2] == '1' then
+  redis.call('ZADD', KEYS[2], 0, ARGV[1])
+else
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[3], ARGV[1])
+end
+return 1
+"""

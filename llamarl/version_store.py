@@ -3,7 +3,7 @@
 Key schema (all under `llamarl:<run_id>:`; see README):
   policy_version          string  latest published policy version (only ever increases)
   version                 hash    metadata of that version: num_bytes, checksum, transport, ...
-  ledger                  hash    issued, trained, dropped_stale, reissued, duplicate
+  ledger                  hash    issued, trained, dropped_stale, reissued, duplicate, reopened
   tickets                 hash    ticket_id -> open | trained | dropped_stale
   attempts                hash    ticket_id -> attempt number (0 first, +1 per reissue)
   leases                  zset    open ticket_id scored by lease expiry (Redis time, ms)
@@ -34,6 +34,7 @@ from llamarl.errors import StaleVersionError
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 OUTCOMES = ("trained", "dropped_stale")
+LEDGER_FIELDS = ("issued", "trained", "dropped_stale", "reissued", "duplicate", "reopened")
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class VersionStore:
         self._claim = self.client.register_script(lua.CLAIM_TICKET)
         self._renew = self.client.register_script(lua.RENEW_LEASE)
         self._finish = self.client.register_script(lua.FINISH_TICKET)
+        self._reopen = self.client.register_script(lua.REOPEN_TICKET)
 
     def key(self, name: str) -> str:
         return self.prefix + name
@@ -160,12 +162,15 @@ class VersionStore:
             raise KeyError(f"ticket {ticket_id} was never issued")
         return result == 1
 
+    def reopen_ticket(self, ticket_id: int, *, requeue: bool) -> bool:
+        """Undo `trained` for a ticket whose update a trainer crash lost (see lua.REOPEN_TICKET)."""
+        keys = [self.key(n) for n in ("tickets", "leases", "lease_owner", "ledger")]
+        args = [ticket_id, int(requeue)]
+        return bool(self._call("reopen ticket", lambda: self._reopen(keys=keys, args=args)))
+
     def ledger(self) -> dict[str, int]:
         raw = self._call("ledger", lambda: self.client.hgetall(self.key("ledger")))
-        counts = {
-            name: int(raw.get(name, 0))
-            for name in ("issued", "trained", "dropped_stale", "reissued", "duplicate")
-        }
+        counts = {name: int(raw.get(name, 0)) for name in LEDGER_FIELDS}
         counts["open"] = counts["issued"] - counts["trained"] - counts["dropped_stale"]
         return counts
 

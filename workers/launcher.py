@@ -4,9 +4,10 @@
 private Redis and broker (when the config names no Redis URL), then the trainer, the generators
 and the reward workers as child processes, each in its own session so only this launcher signals
 them. It shows progress from Redis, ends when the trainer finishes, and always stops every child
-(also on Ctrl-C). A dead generator or reward worker is restarted under the same id, up to
-`workers.max_restarts` times each; a dead trainer, or one restart too many, ends the run with
-exit code 1 naming the role. The last stdout line
+(also on Ctrl-C). A dead worker is restarted under the same id, up to `workers.max_restarts`
+times each (the trainer resumes from its latest checkpoint); one restart too many ends the run
+with exit code 1 naming the role. Every launch is a fresh run: it clears the run directory's
+results, checkpoints and embedded Redis data. The last stdout line
 is the JSON summary, with the ledger and the largest staleness trained on.
 """
 
@@ -98,8 +99,8 @@ def progress_line(store: VersionStore, total_steps: int) -> str:
 
 
 class Supervisor:
-    """Watches the children: restarts a dead generator or reward worker (up to
-    `workers.max_restarts` times each), ends the run when the trainer finishes or dies."""
+    """Watches the children: restarts a dead one (up to `workers.max_restarts` times each) and
+    ends the run when the trainer finishes."""
 
     def __init__(self, config: RunConfig, config_path: str, env: dict[str, str], logs: Path):
         self.config = config
@@ -115,7 +116,7 @@ class Supervisor:
     def _restart(self, index: int, code: int) -> None:
         child = self.children[index]
         count = self.restarts.get(child.worker_id, 0)
-        if child.role == "trainer" or count >= self.config.workers.max_restarts:
+        if count >= self.config.workers.max_restarts:
             tries = f" after {count} restarts" if count else ""
             raise RuntimeError(f"{child.role} {child.worker_id} exited with code {code}{tries}")
         self.restarts[child.worker_id] = count + 1
@@ -199,6 +200,7 @@ def main(args: argparse.Namespace) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     for name in RUN_FILES:
         (run_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     (run_dir / "config.yaml").write_text(dump_config(config))
     if args.mode == "sync":
         print(json.dumps(run_sync(config)), flush=True)

@@ -3,7 +3,16 @@
 A group whose oldest token is more than `max_staleness` versions behind the trainer's version at
 the time of use is dropped and its ticket ended as `dropped_stale`; every trained group ends its
 ticket as `trained` (exactly once, by Lua compare-and-set). Each trained group is also written to
-RUN_DIR/trained.jsonl (ticket, rollout id, staleness) so a run can be audited.
+RUN_DIR/trained.jsonl (ticket, rollout id, staleness) so a run can be audited; the line is written
+before the ticket is ended, so a crash never ends a ticket that the journal lacks.
+
+Checkpoints (`llamarl.checkpoint`) are written after the warm start, every
+`trainer.checkpoint_every` steps and on a requested stop. A trainer resumes from the newest one of
+its run: it publishes version max(checkpoint, Redis) + 1, so no version number is reused, and
+rewinds the journal to the checkpoint's step. The tickets trained after that step, whose updates
+the crash lost, are reopened in Redis: those whose rollout is in the restored buffer are trained
+from it, the others are reissued to generators. So every ticket's update is in the final model
+exactly once (or its ticket ended `dropped_stale`).
 """
 
 from __future__ import annotations
@@ -15,7 +24,9 @@ from typing import Any
 
 import structlog
 
+from llamarl.checkpoint import CheckpointStore, Restored, TrainerState
 from llamarl.evaluate import accuracy
+from llamarl.journal import rewind
 from llamarl.learner import Learner
 from llamarl.metrics import MetricsWriter
 from llamarl.protocol import Control, ScoredGroup, VersionAnnouncement
@@ -40,20 +51,70 @@ class Trainer:
         prompt_set = make_prompt_set(config.task, config.seed)
         self.held_out = prompt_set.eval_items()
         self.verifier = make_verifier(config.task.verifier)
-        self.policy = prepare_policy(config, prompt_set)
-        self.learner = Learner(
-            self.policy, config.algorithm, config.trainer, config.generation.temperature
-        )
-        self.publisher = WeightPublisher(config.sync, config.run_id)
         run_dir = Path(config.run_dir)
+        self.checkpoints = CheckpointStore(
+            run_dir / "checkpoints", config.run_id, config.trainer.keep_checkpoints
+        )
+        latest = self.checkpoints.latest()
+        self.restored = self.checkpoints.load(latest) if latest is not None else None
+        if self.restored is not None:
+            self.policy = self.restored.policy
+            reference = self.restored.reference
+        else:
+            self.policy, reference = prepare_policy(config, prompt_set), None
+        self.learner = Learner(
+            self.policy, config.algorithm, config.trainer, config.generation.temperature, reference
+        )
+        state = self.restored.state if self.restored is not None else TrainerState(0, 0)
+        if self.restored is not None:
+            self.learner.optimizer.load_state_dict(self.restored.optimizer_state)
+        self.step = state.step
+        self.policy_version = state.policy_version
+        self.max_staleness_seen = int(state.counters.get("max_staleness_seen", 0))
+        self.initial_accuracy: float | None = state.counters.get("initial_accuracy")
+        self.lost = rewind(run_dir / "trained.jsonl", self.step)
+        rewind(run_dir / "metrics.jsonl", self.step)
+        self.publisher = WeightPublisher(config.sync, config.run_id)
         self.metrics = MetricsWriter(run_dir / "metrics.jsonl")
         self.trained_log = (run_dir / "trained.jsonl").open("a")
-        self.policy_version = 0
-        self.step = 0
         self.buffer: list[ScoredGroup] = []
-        self.max_staleness_seen = 0
         self.last: dict[str, Any] = {}
         self.rl_started = time.monotonic()
+
+    def resume(self, restored: Restored | None) -> None:
+        """Take up the run where Redis and the checkpoint left it (see the module docstring)."""
+        store = self.ctx.store
+        current = store.policy_version()
+        if restored is None and current < 0:
+            return  # a fresh run
+        self.policy_version = max(self.policy_version, current) + 1
+        held = restored.state.buffer if restored is not None else []
+        self.buffer = [g for g in held if store.reopen_ticket(g.group.ticket_id, requeue=False)]
+        held_ids = {g.group.ticket_id for g in self.buffer}
+        requeued = {e["ticket_id"] for e in self.lost} - held_ids
+        for ticket_id in sorted(requeued):
+            store.reopen_ticket(ticket_id, requeue=True)
+        log.warning(
+            "resumed",
+            checkpoint=str(restored.path) if restored is not None else None,
+            step=self.step,
+            policy_version=self.policy_version,
+            buffered=len(self.buffer),
+            requeued=len(requeued),
+        )
+        self.ctx.counters["resumes"] = 1
+
+    def save_checkpoint(self) -> None:
+        if not self.ctx.config.trainer.checkpoint_every:
+            return
+        counters: dict[str, float] = {"max_staleness_seen": self.max_staleness_seen}
+        if self.initial_accuracy is not None:
+            counters["initial_accuracy"] = self.initial_accuracy
+        state = TrainerState(self.step, self.policy_version, counters, list(self.buffer))
+        path = self.checkpoints.save(
+            self.policy, self.learner.reference, self.learner.optimizer, state
+        )
+        log.info("checkpoint", path=str(path), step=self.step)
 
     def evaluate(self) -> float:
         gen = self.ctx.config.generation
@@ -106,13 +167,14 @@ class Trainer:
         record |= self.learner.step(collate(batch, self.policy.pad_id))
         record["train_s"] = time.monotonic() - started
         for item, lag in zip(batch, staleness, strict=True):
-            if not self.ctx.store.finish_ticket(item.group.ticket_id, "trained"):
-                self._count("finish_conflicts")
             entry = {"ticket_id": item.group.ticket_id, "rollout_id": item.group.rollout_id}
             self.trained_log.write(
                 json.dumps(entry | {"staleness": lag, "step": self.step + 1}) + "\n"
             )
         self.trained_log.flush()
+        for item in batch:
+            if not self.ctx.store.finish_ticket(item.group.ticket_id, "trained"):
+                self._count("finish_conflicts")
         self.step += 1
         self.max_staleness_seen = max([self.max_staleness_seen, *staleness])
         record |= {
@@ -124,6 +186,8 @@ class Trainer:
             self.publish()
         if self.step % config.trainer.eval_every == 0 or self.step == config.trainer.num_steps:
             record["held_out_accuracy"] = self.evaluate()
+        if self.step % max(config.trainer.checkpoint_every, 1) == 0:
+            self.save_checkpoint()
         self.ctx.timer.idle()
         record["wall_s"] = time.monotonic() - self.started
         record["rl_s"] = time.monotonic() - self.rl_started
@@ -133,8 +197,12 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         ctx = self.ctx
         config = ctx.config
+        self.resume(self.restored)
         self.publish()
-        initial = self.evaluate()
+        if self.initial_accuracy is None:
+            self.initial_accuracy = self.evaluate()
+            self.save_checkpoint()
+        initial = self.initial_accuracy
         self.rl_started = time.monotonic()
         consumer = ctx.bus.consume(SCORED, credit=config.broker.consumer_credit)
         final = initial
@@ -151,7 +219,9 @@ class Trainer:
             if len(self.buffer) >= config.trainer.prompts_per_step:
                 self.train_step()
                 final = self.last.get("held_out_accuracy", final)
-        if self.step >= config.trainer.num_steps:
+        if self.step < config.trainer.num_steps:
+            self.save_checkpoint()  # asked to stop: resume later without losing a step
+        else:
             ctx.store.set_run_status("finished")
             stop = Control("stop", {"reason": "trainer finished"})
             ctx.bus.publish(CONTROL, stop, self.policy_version)

@@ -18,6 +18,14 @@ class ShmPublisher:
     def __init__(self, run_id: str, directory: str = "/dev/shm") -> None:
         self.directory = Path(directory)
         self.prefix = f"llamarl-{run_id}-{os.getpid()}-v"
+        self._remove_orphans(f"llamarl-{run_id}-")
+
+    def _remove_orphans(self, run_prefix: str) -> None:
+        """Delete versions left by a trainer of this run that died without closing."""
+        for path in self.directory.glob(f"{run_prefix}*"):
+            pid = path.name.removeprefix(run_prefix).split("-")[0]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                path.unlink(missing_ok=True)
 
     def path(self, policy_version: int) -> Path:
         return self.directory / f"{self.prefix}{policy_version}.bin"

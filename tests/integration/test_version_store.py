@@ -114,3 +114,22 @@ def test_unreachable_redis_fails_after_the_deadline() -> None:
     with pytest.raises(ConnectionError, match="redis unreachable for 1s during ping"):
         store.ping()
     assert time.monotonic() - started < 5
+
+
+def test_reopened_tickets_are_reissued_or_held(store: VersionStore) -> None:
+    store.publish_version(0, {})
+    held, requeued, dropped = (store.claim_ticket("g0", **GATE) for _ in range(3))
+    assert held and requeued and dropped
+    for ticket in (held, requeued):
+        assert store.finish_ticket(ticket.ticket_id, "trained")
+    store.finish_ticket(dropped.ticket_id, "dropped_stale")
+    assert store.reopen_ticket(held.ticket_id, requeue=False)
+    assert store.reopen_ticket(requeued.ticket_id, requeue=True)
+    assert not store.reopen_ticket(dropped.ticket_id, requeue=True)
+    ledger = store.ledger()
+    assert (ledger["trained"], ledger["reopened"], ledger["open"]) == (0, 2, 2)
+    again = store.claim_ticket("g1", **GATE)
+    assert again is not None and (again.ticket_id, again.reissued) == (requeued.ticket_id, True)
+    fresh = store.claim_ticket("g1", **GATE)
+    assert fresh is not None and not fresh.reissued, "a held ticket must not be reissued"
+    assert store.finish_ticket(held.ticket_id, "trained")

@@ -1,0 +1,144 @@
+"""Trainer checkpoints: model, optimizer, RNG states, step, policy version and the buffer.
+
+Layout of one checkpoint, RUN_DIR/checkpoints/step-00000020/:
+  model/           the policy, `save_pretrained` (safetensors) with its tokenizer
+  reference/       the KL reference model, only when one is used
+  optimizer.pt     optimizer state dict, read back with `torch.load(weights_only=True)`
+  rng.pt           torch CPU RNG state (same loader)
+  state.json       run_id, step, policy_version, python RNG state and the trainer's counters
+  buffer.msgpack   scored groups held but not yet trained, each a wire-protocol envelope
+It is written into a `.tmp` directory, fsynced, then renamed: a directory without the suffix is
+always complete. Only the newest `keep` checkpoints stay on disk. Nothing here unpickles.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import torch
+
+from llamarl.engine.model import Policy, load_policy, save_policy
+from llamarl.errors import ConfigError
+from llamarl.protocol import ScoredGroup, decode, encode, make_envelope
+
+PREFIX = "step-"
+TMP = ".tmp"
+MAX_GROUP_BYTES = 1 << 30
+
+
+@dataclass
+class TrainerState:
+    """The scalars and buffer a trainer needs to carry on where it stopped."""
+
+    step: int
+    policy_version: int
+    counters: dict[str, float] = field(default_factory=dict)
+    buffer: list[ScoredGroup] = field(default_factory=list)
+
+
+@dataclass
+class Restored:
+    path: Path
+    policy: Policy
+    reference: Policy | None
+    optimizer_state: dict[str, Any]
+    state: TrainerState
+
+
+def _fsync_tree(directory: Path) -> None:
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+class CheckpointStore:
+    """The checkpoints of one run in one directory."""
+
+    def __init__(self, root: str | Path, run_id: str, keep: int) -> None:
+        self.root = Path(root)
+        self.run_id = run_id
+        self.keep = keep
+
+    def complete(self) -> list[Path]:
+        """Finished checkpoints, oldest first."""
+        if not self.root.is_dir():
+            return []
+        found = [p for p in self.root.glob(f"{PREFIX}*") if p.is_dir() and p.suffix != TMP]
+        return sorted(found, key=lambda p: int(p.name.removeprefix(PREFIX)))
+
+    def latest(self) -> Path | None:
+        found = self.complete()
+        return found[-1] if found else None
+
+    def save(
+        self,
+        policy: Policy,
+        reference: Policy | None,
+        optimizer: torch.optim.Optimizer,
+        state: TrainerState,
+    ) -> Path:
+        target = self.root / f"{PREFIX}{state.step:08d}"
+        temp = target.with_suffix(TMP)
+        shutil.rmtree(temp, ignore_errors=True)
+        temp.mkdir(parents=True)
+        save_policy(policy, temp / "model")
+        if reference is not None:
+            save_policy(reference, temp / "reference")
+        torch.save(optimizer.state_dict(), temp / "optimizer.pt")
+        torch.save(torch.get_rng_state(), temp / "rng.pt")
+        python_rng = random.getstate()
+        meta = {
+            "run_id": self.run_id,
+            "step": state.step,
+            "policy_version": state.policy_version,
+            "counters": state.counters,
+            "python_rng": [python_rng[0], list(python_rng[1]), python_rng[2]],
+        }
+        (temp / "state.json").write_text(json.dumps(meta))
+        frames = [
+            encode(make_envelope(g, run_id=self.run_id, sender="checkpoint", policy_version=0))
+            for g in state.buffer
+        ]
+        (temp / "buffer.msgpack").write_bytes(msgpack.packb(frames, use_bin_type=True))
+        _fsync_tree(temp)
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(temp, target)
+        _fsync_tree(self.root)
+        for old in self.complete()[: -self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        return target
+
+    def load(self, path: Path) -> Restored:
+        """Read one checkpoint back and restore the RNG states; refuses another run's."""
+        meta = json.loads((path / "state.json").read_text())
+        if meta["run_id"] != self.run_id:
+            raise ConfigError(
+                f"checkpoint {path} belongs to run {meta['run_id']!r}, not {self.run_id!r}"
+            )
+        reference = load_policy(path / "reference") if (path / "reference").is_dir() else None
+        optimizer_state = torch.load(path / "optimizer.pt", weights_only=True)
+        torch.set_rng_state(torch.load(path / "rng.pt", weights_only=True))
+        version, internal, gauss = meta["python_rng"]
+        random.setstate((version, tuple(internal), gauss))
+        frames = msgpack.unpackb((path / "buffer.msgpack").read_bytes(), raw=False)
+        buffer = [decode(frame, MAX_GROUP_BYTES).payload for frame in frames]
+        state = TrainerState(
+            step=int(meta["step"]),
+            policy_version=int(meta["policy_version"]),
+            counters=dict(meta["counters"]),
+            buffer=buffer,
+        )
+        return Restored(path, load_policy(path / "model"), reference, optimizer_state, state)
