@@ -26,6 +26,7 @@ import msgpack
 import structlog
 import zmq
 
+from llamarl.curve import Curve
 from llamarl.errors import ProtocolError
 from llamarl.net import BrokerEndpoints, make_socket
 from llamarl.protocol import decode
@@ -48,6 +49,7 @@ class Broker:
         max_queue: int,
         max_message_bytes: int,
         on_reject: Callable[[str], None] | None = None,
+        curve: Curve | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.max_queue = max_queue
@@ -58,10 +60,11 @@ class Broker:
         self.credits: dict[str, deque[bytes]] = {topic: deque() for topic in WORK_TOPICS}
         self._stop = threading.Event()
         self._ctx = zmq.Context()
-        self.pub_in = make_socket(self._ctx, zmq.XSUB, hwm)
-        self.sub_out = make_socket(self._ctx, zmq.XPUB, hwm)
-        self.work_in = make_socket(self._ctx, zmq.PULL, hwm)
-        self.work_out = make_socket(self._ctx, zmq.ROUTER, hwm)
+        self._auth = curve.authenticator(self._ctx) if curve is not None else None
+        self.pub_in = make_socket(self._ctx, zmq.XSUB, hwm, curve, server=True)
+        self.sub_out = make_socket(self._ctx, zmq.XPUB, hwm, curve, server=True)
+        self.work_in = make_socket(self._ctx, zmq.PULL, hwm, curve, server=True)
+        self.work_out = make_socket(self._ctx, zmq.ROUTER, hwm, curve, server=True)
         self.work_out.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.pub_in.bind(endpoints.pub_in)
         self.sub_out.bind(endpoints.sub_out)
@@ -153,7 +156,7 @@ class Broker:
         return all(len(q) < self.max_queue for q in self.queues.values())
 
     def serve(self) -> None:
-        log.info("broker serving", endpoints=str(self.endpoints))
+        log.info("broker serving", endpoints=str(self.endpoints), curve=self._auth is not None)
         try:
             # Two pollers built once: with producers while every work queue has room, without
             # them (backpressure) when one is full.
@@ -180,5 +183,7 @@ class Broker:
     def close(self) -> None:
         for sock in (self.pub_in, self.sub_out, self.work_in, self.work_out):
             sock.close(linger=0)
+        if self._auth is not None:
+            self._auth.stop()
         self._ctx.term()
         log.info("broker stopped", counters=dict(self.counters))

@@ -15,6 +15,7 @@ import structlog
 
 from brokers.broker import Broker
 from llamarl.config import RunConfig, load_config, parse_config
+from llamarl.curve import load_curve
 from llamarl.errors import ConfigError
 from llamarl.log import configure_logging
 from llamarl.net import BrokerEndpoints
@@ -31,6 +32,7 @@ def build_broker(config: RunConfig, store: VersionStore | None) -> Broker:
         max_queue=config.broker.max_queue,
         max_message_bytes=config.broker.max_message_bytes,
         on_reject=on_reject,
+        curve=load_curve(config.broker.curve_keys),
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import msgpack
 import zmq
 
+from llamarl.curve import Curve
 from llamarl.errors import ProtocolError
 from llamarl.net import BrokerEndpoints, make_socket
 from llamarl.protocol import Envelope, decode, encode, make_envelope
@@ -79,10 +80,12 @@ class Consumer(_Receiver):
         return self._decode(frames)
 
 
-def query_broker_stats(endpoints: BrokerEndpoints, timeout_s: float = 5.0) -> dict[str, int]:
+def query_broker_stats(
+    endpoints: BrokerEndpoints, timeout_s: float = 5.0, curve: Curve | None = None
+) -> dict[str, int]:
     """The broker's counters (forwarded, rejected by reason, queued); also a health check."""
     ctx = zmq.Context()
-    sock = make_socket(ctx, zmq.DEALER, 10)
+    sock = make_socket(ctx, zmq.DEALER, 10, curve)
     try:
         sock.connect(endpoints.work_out)
         sock.send_multipart([b"STATS"])
@@ -107,8 +110,10 @@ class BusClient:
         hwm: int = 1000,
         max_message_bytes: int = 64 * 1024 * 1024,
         on_reject: RejectHook | None = None,
+        curve: Curve | None = None,
     ) -> None:
         self.endpoints = endpoints
+        self.curve = curve
         self.run_id = run_id
         self.sender = sender
         self.hwm = hwm
@@ -130,7 +135,7 @@ class BusClient:
         if topic not in FANOUT_TOPICS:
             raise ValueError(f"{topic!r} is not a fan-out topic")
         if self._pub is None:
-            self._pub = make_socket(self._ctx, zmq.PUB, self.hwm)
+            self._pub = make_socket(self._ctx, zmq.PUB, self.hwm, self.curve)
             self._pub.connect(self.endpoints.pub_in)
         self._pub.send_multipart([topic.encode(), self._envelope(payload, policy_version)])
 
@@ -138,7 +143,7 @@ class BusClient:
         if topic not in WORK_TOPICS:
             raise ValueError(f"{topic!r} is not a work topic")
         if self._push is None:
-            self._push = make_socket(self._ctx, zmq.PUSH, self.hwm)
+            self._push = make_socket(self._ctx, zmq.PUSH, self.hwm, self.curve)
             self._push.connect(self.endpoints.work_in)
         frames = [topic.encode(), self._envelope(payload, policy_version)]
         if not self._push.poll(int(timeout_s * 1000), zmq.POLLOUT):
@@ -146,7 +151,7 @@ class BusClient:
         self._push.send_multipart(frames)
 
     def subscribe(self, topics: Iterable[str]) -> Subscriber:
-        sock = make_socket(self._ctx, zmq.SUB, self.hwm)
+        sock = make_socket(self._ctx, zmq.SUB, self.hwm, self.curve)
         for topic in topics:
             if topic not in FANOUT_TOPICS:
                 raise ValueError(f"{topic!r} is not a fan-out topic")
@@ -161,7 +166,7 @@ class BusClient:
     def consume(self, topic: str, credit: int = 2) -> Consumer:
         if topic not in WORK_TOPICS:
             raise ValueError(f"{topic!r} is not a work topic")
-        sock = make_socket(self._ctx, zmq.DEALER, self.hwm)
+        sock = make_socket(self._ctx, zmq.DEALER, self.hwm, self.curve)
         sock.connect(self.endpoints.work_out)
         receiver = Consumer(sock, topic, credit, self.max_message_bytes, self.on_reject)
         self._receivers.append(receiver)

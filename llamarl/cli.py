@@ -47,6 +47,16 @@ def _sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keys_generate(args: argparse.Namespace) -> int:
+    from llamarl.curve import generate_keys
+
+    for path in generate_keys(args.directory):
+        print(path)
+    print(f"set broker.curve_keys: {args.directory} (every host needs client.key_secret and "
+          "server.key; hosts that bind also server.key_secret)", file=sys.stderr)  # fmt: skip
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     return int(importlib.import_module("workers.bench").main(args))
 
@@ -88,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
     avs.add_argument("--json", action="store_true", help="one-line JSON")
     avs.add_argument("--out", help="also write the JSON here")
     avs.set_defaults(func=_bench)
+
+    keys = sub.add_parser("keys", help="ZeroMQ CURVE keys")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    generate = keys_sub.add_parser("generate", help="write server and client key pairs to DIR")
+    generate.add_argument("directory")
+    generate.set_defaults(func=_keys_generate)
 
     config = sub.add_parser("config", help="config tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)

@@ -42,6 +42,9 @@ class BrokerConfig(_Section):
     """Work messages a consumer may hold unacknowledged (prefetch)."""
     max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024, le=1 << 31)
     """Frames larger than this are rejected before decoding."""
+    curve_keys: str | None = None
+    """Directory from `llamarl keys generate`: every ZeroMQ socket uses CURVE and servers let in
+    only the public keys in DIR/authorized. null: plain TCP (trusted networks only)."""
 
 
 class ModelConfig(_Section):

@@ -1,4 +1,4 @@
-"""Broker addressing and small socket helpers shared by the broker and the bus client."""
+"""Broker addressing and the one place ZeroMQ sockets are made (limits, linger, CURVE)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import socket
 from dataclasses import dataclass
 
 import zmq
+
+from llamarl.curve import Curve
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,15 @@ def free_port_block(host: str = "127.0.0.1", size: int = 4, attempts: int = 50) 
     raise OSError(f"no block of {size} free ports found on {host}")
 
 
-def make_socket(ctx: zmq.Context, kind: int, hwm: int) -> zmq.Socket:
-    """A socket with explicit high-water marks and linger 0, so close never blocks."""
+def make_socket(
+    ctx: zmq.Context, kind: int, hwm: int, curve: Curve | None = None, *, server: bool = False
+) -> zmq.Socket:
+    """A socket with explicit high-water marks and linger 0, so close never blocks; with `curve`,
+    a CURVE server (binds; its context needs `curve.authenticator`) or client (connects)."""
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.SNDHWM, hwm)
     sock.setsockopt(zmq.RCVHWM, hwm)
     sock.setsockopt(zmq.LINGER, 0)
+    if curve is not None:
+        (curve.server if server else curve.client)(sock)
     return sock

@@ -13,6 +13,7 @@ import pytest
 
 from brokers.redis_server import RedisServer
 from llamarl.bus import query_broker_stats
+from llamarl.curve import Curve
 from llamarl.net import BrokerEndpoints, free_port_block
 from llamarl.version_store import VersionStore
 
@@ -34,7 +35,7 @@ def store(redis_server: RedisServer) -> Iterator[VersionStore]:
 
 
 def start_broker_process(
-    endpoints: BrokerEndpoints, extra_env: dict[str, str] | None = None
+    endpoints: BrokerEndpoints, extra_env: dict[str, str] | None = None, curve: Curve | None = None
 ) -> subprocess.Popen[bytes]:
     env = {**os.environ, "LLAMARL_BROKER": str(endpoints), "LLAMARL_RUN_ID": "test"}
     env.update(extra_env or {})
@@ -49,7 +50,7 @@ def start_broker_process(
     while True:
         assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else "broker died"
         try:
-            query_broker_stats(endpoints, timeout_s=0.5)
+            query_broker_stats(endpoints, timeout_s=0.5, curve=curve)
             return proc
         except TimeoutError:
             assert time.monotonic() < deadline, "broker did not come up"

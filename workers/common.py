@@ -24,6 +24,7 @@ import torch
 
 from llamarl.bus import BusClient, Subscriber
 from llamarl.config import RunConfig, load_config, parse_config
+from llamarl.curve import load_curve
 from llamarl.errors import ConfigError
 from llamarl.log import configure_logging
 from llamarl.net import BrokerEndpoints
@@ -69,6 +70,7 @@ class WorkerContext:
         self.counters: dict[str, float] = {}
         threads = config.workers.trainer_threads if role == "trainer" else None
         torch.set_num_threads(threads or config.workers.torch_threads)
+        self.curve = load_curve(config.broker.curve_keys)
         self.store = VersionStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
         self.bus = BusClient(
             BrokerEndpoints(config.broker.host, config.broker.port),
@@ -77,6 +79,7 @@ class WorkerContext:
             hwm=config.broker.hwm,
             max_message_bytes=config.broker.max_message_bytes,
             on_reject=lambda reason: self.store.count_rejected(role, reason),
+            curve=self.curve,
         )
         self.control: Subscriber = self.bus.subscribe([CONTROL])
         self._last_beat = 0.0

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from brokers.redis_server import RedisServer
 from llamarl.bus import query_broker_stats
+from llamarl.curve import load_curve
 from llamarl.net import BrokerEndpoints, free_port_block
 
 
@@ -24,6 +25,7 @@ class EmbeddedServices:
 
     directory: Path
     run_id: str
+    curve_keys: str | None = None
     redis: RedisServer | None = None
     broker: subprocess.Popen[bytes] | None = None
     endpoints: BrokerEndpoints = field(
@@ -37,11 +39,14 @@ class EmbeddedServices:
 
     def env(self) -> dict[str, str]:
         """Environment that points a worker process at these services."""
-        return {
+        env = {
             "LLAMARL_REDIS_URL": self.redis_url,
             "LLAMARL_BROKER": str(self.endpoints),
             "LLAMARL_RUN_ID": self.run_id,
         }
+        if self.curve_keys:
+            env["LLAMARL__BROKER__CURVE_KEYS"] = self.curve_keys
+        return env
 
     def start(self, timeout_s: float = 20.0) -> EmbeddedServices:
         self.redis = RedisServer(self.directory / "redis").start()
@@ -58,11 +63,12 @@ class EmbeddedServices:
                 stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + timeout_s
+        curve = load_curve(self.curve_keys)
         while True:
             if self.broker.poll() is not None:
                 raise RuntimeError(f"broker exited {self.broker.returncode}; see {log_path}")
             try:
-                query_broker_stats(self.endpoints, timeout_s=0.5)
+                query_broker_stats(self.endpoints, timeout_s=0.5, curve=curve)
                 return
             except TimeoutError:
                 if time.monotonic() > deadline:

@@ -52,7 +52,11 @@ class Generator:
         meta = self.ctx.store.version_meta()
         try:
             version, buffer = fetch_weights(
-                meta, self.ctx.worker_id, self.ctx.config.sync.timeout_s, self.ctx.stop_requested
+                meta,
+                self.ctx.worker_id,
+                self.ctx.config.sync.timeout_s,
+                self.ctx.stop_requested,
+                self.ctx.curve,
             )
         except SyncError as err:
             self.ctx.counters["sync_failures"] = self.ctx.counters.get("sync_failures", 0) + 1

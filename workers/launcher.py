@@ -150,7 +150,11 @@ class Supervisor:
 
 
 def run_async(config: RunConfig, config_path: str, run_dir: Path) -> int:
-    services = EmbeddedServices(run_dir, config.run_id) if config.redis.url is None else None
+    services = (
+        EmbeddedServices(run_dir, config.run_id, config.broker.curve_keys)
+        if config.redis.url is None
+        else None
+    )
     if services is not None:
         shutil.rmtree(run_dir / "redis", ignore_errors=True)  # a fresh run, not a resume
         services.start()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from llamarl.config import SyncConfig
+from llamarl.curve import Curve
 from llamarl.weightsync.flat import FlatWeights
 from llamarl.weightsync.p2p import P2PWeightServer, StopCheck, fetch_p2p
 from llamarl.weightsync.shm import ShmPublisher, fetch_shm
@@ -24,7 +25,7 @@ def resolve_transport(name: str) -> str:
 class WeightPublisher:
     """The trainer's end: publish a version, get the metadata to announce."""
 
-    def __init__(self, config: SyncConfig, run_id: str) -> None:
+    def __init__(self, config: SyncConfig, run_id: str, curve: Curve | None = None) -> None:
         self.transport = resolve_transport(config.transport)
         self._shm: ShmPublisher | None = None
         self._server: P2PWeightServer | None = None
@@ -37,6 +38,7 @@ class WeightPublisher:
                 timeout_s=config.timeout_s,
                 bucket_bytes=int(config.bucket_mb * 1024 * 1024),
                 advertise_host=config.advertise_host,
+                curve=curve,
             )
 
     def publish(self, weights: FlatWeights) -> dict[str, str | int]:
@@ -61,7 +63,11 @@ class WeightPublisher:
 
 
 def fetch_weights(
-    meta: dict[str, str], worker_id: str, timeout_s: float, should_stop: StopCheck = lambda: False
+    meta: dict[str, str],
+    worker_id: str,
+    timeout_s: float,
+    should_stop: StopCheck = lambda: False,
+    curve: Curve | None = None,
 ) -> tuple[int, torch.Tensor]:
     """The generator's end: pull and verify the version described by `meta`."""
     transport = meta["transport"]
@@ -69,5 +75,10 @@ def fetch_weights(
         buffer = fetch_shm(meta["endpoint"], int(meta["num_bytes"]), meta["checksum"])
         return int(meta["policy_version"]), buffer
     return fetch_p2p(
-        meta["endpoint"], worker_id, backend=transport, timeout_s=timeout_s, should_stop=should_stop
+        meta["endpoint"],
+        worker_id,
+        backend=transport,
+        timeout_s=timeout_s,
+        should_stop=should_stop,
+        curve=curve,
     )

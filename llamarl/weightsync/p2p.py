@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 import zmq
 
+from llamarl.curve import Curve
 from llamarl.errors import SyncError
 from llamarl.net import make_socket
 from llamarl.weightsync.flat import FlatWeights, verify
@@ -56,6 +57,7 @@ class P2PWeightServer:
         timeout_s: float,
         bucket_bytes: int,
         advertise_host: str | None = None,
+        curve: Curve | None = None,
     ) -> None:
         self.backend = backend
         self.timeout_s = timeout_s
@@ -66,7 +68,8 @@ class P2PWeightServer:
             timeout=datetime.timedelta(seconds=timeout_s),
         )  # fmt: skip
         self._ctx = zmq.Context()
-        self._control = make_socket(self._ctx, zmq.ROUTER, 100)
+        self._auth = curve.authenticator(self._ctx) if curve is not None else None
+        self._control = make_socket(self._ctx, zmq.ROUTER, 100, curve, server=True)
         port = self._control.bind_to_random_port(f"tcp://{host}")
         self.endpoint = f"tcp://{advertise_host or host}:{port}"
         self._latest: FlatWeights | None = None
@@ -131,6 +134,8 @@ class P2PWeightServer:
         self._stop.set()
         self._thread.join(self.timeout_s + 1)
         self._control.close(linger=0)
+        if self._auth is not None:
+            self._auth.stop()
         self._ctx.term()
 
 
@@ -151,11 +156,12 @@ def fetch_p2p(
     backend: str,
     timeout_s: float,
     should_stop: StopCheck = lambda: False,
+    curve: Curve | None = None,
 ) -> tuple[int, torch.Tensor]:
     """Pull the latest version from the trainer at `endpoint`; verified before it is returned.
     Waiting for the server's answer ends early when `should_stop()` turns true."""
     ctx = zmq.Context()
-    sock = make_socket(ctx, zmq.DEALER, 10)
+    sock = make_socket(ctx, zmq.DEALER, 10, curve)
     try:
         sock.connect(endpoint)
         sock.send_multipart([b"", msgpack.packb({"worker_id": worker_id})])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from llamarl.curve import generate_keys
 from tests.integration.async_helpers import (
     check_finished_run,
     launch,
@@ -21,13 +22,19 @@ from tests.integration.async_helpers import (
 )
 
 
-@pytest.mark.parametrize(("max_staleness", "transport"), [(0, "shm"), (1, "gloo"), (2, "shm")])
+@pytest.mark.parametrize(
+    ("max_staleness", "transport", "curve"),
+    [(0, "shm", False), (1, "gloo", True), (2, "shm", False)],
+)
 def test_staleness_bound_and_balanced_ledger(
-    tmp_path: Path, max_staleness: int, transport: str
+    tmp_path: Path, max_staleness: int, transport: str, curve: bool
 ) -> None:
+    """With CURVE on (k=1) every bus and weight-sync socket of the run is encrypted."""
+    keys = str(generate_keys(tmp_path / "keys")[0].parent) if curve else None
     config = write_config(
         tmp_path, f"k{max_staleness}",
         staleness={"max_staleness": max_staleness}, sync={"transport": transport},
+        broker={"curve_keys": keys},
     )  # fmt: skip
     proc = launch(config)
     out, err = proc.communicate(timeout=300)
