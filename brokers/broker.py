@@ -12,15 +12,16 @@ message goes to exactly one consumer holding a credit, in grant order. The broke
 whose PUSH sockets then fill to their HWM and block: backpressure, never silent loss. Messages
 already handed to a consumer that dies are lost with it; prompt-ticket leases recover those.
 
-Every frame is validated (known topic, decodable envelope, kind allowed on the topic) before it is
-forwarded; rejects are counted by reason and the broker keeps serving.
+Every frame passes its sender's rate limit (before decoding) and is validated (known topic,
+decodable envelope, kind allowed on the topic) before it is forwarded; rejects are counted by
+reason (`llamarl.limits.Rejections`: logged once per reason per interval, batched to Redis) and the
+broker keeps serving.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from collections.abc import Callable
 
 import msgpack
 import structlog
@@ -28,6 +29,7 @@ import zmq
 
 from llamarl.curve import Curve
 from llamarl.errors import ProtocolError
+from llamarl.limits import RateLimiter, Rejections
 from llamarl.net import BrokerEndpoints, make_socket
 from llamarl.protocol import decode
 from llamarl.topics import FANOUT_TOPICS, WORK_TOPICS
@@ -45,16 +47,20 @@ class Broker:
         self,
         endpoints: BrokerEndpoints,
         *,
+        run_id: str,
         hwm: int,
         max_queue: int,
         max_message_bytes: int,
-        on_reject: Callable[[str], None] | None = None,
+        rejections: Rejections | None = None,
+        rate_limit: RateLimiter | None = None,
         curve: Curve | None = None,
     ) -> None:
         self.endpoints = endpoints
+        self.run_id = run_id
         self.max_queue = max_queue
         self.max_message_bytes = max_message_bytes
-        self.on_reject = on_reject
+        self.rejections = rejections or Rejections("broker")
+        self.rate_limit = rate_limit or RateLimiter(0, 1)
         self.counters: Counter[str] = Counter()
         self.queues: dict[str, deque[bytes]] = {topic: deque() for topic in WORK_TOPICS}
         self.credits: dict[str, deque[bytes]] = {topic: deque() for topic in WORK_TOPICS}
@@ -66,6 +72,8 @@ class Broker:
         self.work_in = make_socket(self._ctx, zmq.PULL, hwm, curve, server=True)
         self.work_out = make_socket(self._ctx, zmq.ROUTER, hwm, curve, server=True)
         self.work_out.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        # Every subscription notice reaches the broker, so malformed ones are seen and counted.
+        self.sub_out.setsockopt(zmq.XPUB_VERBOSE, 1)
         self.pub_in.bind(endpoints.pub_in)
         self.sub_out.bind(endpoints.sub_out)
         self.work_in.bind(endpoints.work_in)
@@ -79,10 +87,15 @@ class Broker:
     def _reject(self, reason: str, detail: str) -> None:
         self.counters[f"rejected.{reason}"] += 1
         self.counters["rejected"] += 1
-        if self.counters[f"rejected.{reason}"] == 1:
-            log.warning("frame rejected", reason=reason, detail=detail[:200])
-        if self.on_reject is not None:
-            self.on_reject(reason)
+        self.rejections.record(reason, detail)
+
+    def _receive(self, sock: zmq.Socket) -> list[bytes] | None:
+        """One message's frames, or None when its sender is over its rate (counted)."""
+        frames = sock.recv_multipart(copy=False)
+        if not self.rate_limit.allow(_peer(frames[-1])):
+            self._reject("rate_limited", "")
+            return None
+        return [frame.bytes for frame in frames]
 
     def _valid(self, frames: list[bytes], topics: dict[str, frozenset[str]]) -> str | None:
         """The frame's topic if it is well formed for `topics`, else None (counted)."""
@@ -101,23 +114,42 @@ class Broker:
         if envelope.kind not in topics[topic]:
             self._reject("wrong_topic", f"{envelope.kind} on {topic}")
             return None
+        if envelope.run_id != self.run_id:
+            self._reject("wrong_run", envelope.run_id[:40])
+            return None
         return topic
 
+    def _check_subscription(self) -> None:
+        """A subscriber's notice must be one frame: 0x01 (subscribe) and a fan-out topic.
+        Unsubscribes (0x00) are ignored: libzmq sends them only for topics subscribed before,
+        whose subscription was already checked."""
+        frames = self._receive(self.sub_out)
+        if frames is None or frames[0][:1] == b"\x00":
+            return
+        if len(frames) != 1 or frames[0][:1] != b"\x01":
+            self._reject("bad_subscription", repr(frames[0][:20]) if frames else "no frames")
+        elif frames[0][1:].decode("utf-8", "replace") not in FANOUT_TOPICS:
+            self._reject("unknown_topic", frames[0][1:40].decode("utf-8", "replace"))
+
     def _forward_fanout(self) -> None:
-        frames = self.pub_in.recv_multipart(copy=True)
-        if self._valid(frames, FANOUT_TOPICS) is not None:
+        frames = self._receive(self.pub_in)
+        if frames is not None and self._valid(frames, FANOUT_TOPICS) is not None:
             self.sub_out.send_multipart(frames)
             self.counters["fanout"] += 1
 
     def _accept_work(self) -> None:
-        frames = self.work_in.recv_multipart(copy=True)
+        frames = self._receive(self.work_in)
+        if frames is None:
+            return
         topic = self._valid(frames, WORK_TOPICS)
         if topic is not None:
             self.queues[topic].append(frames[1])
             self._dispatch(topic)
 
     def _handle_consumer(self) -> None:
-        frames = self.work_out.recv_multipart(copy=True)
+        frames = self._receive(self.work_out)
+        if frames is None:
+            return
         identity, command = frames[0], frames[1:]
         if command == [b"STATS"]:
             stats = dict(self.counters) | {f"queued.{t}": len(q) for t, q in self.queues.items()}
@@ -172,11 +204,12 @@ class Broker:
                 if self.pub_in in ready:
                     self._forward_fanout()
                 if self.sub_out in ready:
-                    self.sub_out.recv_multipart()  # subscription notices; XPUB filters itself
+                    self._check_subscription()
                 if self.work_out in ready:
                     self._handle_consumer()
                 if self.work_in in ready:
                     self._accept_work()
+                self.rejections.flush()
         finally:
             self.close()
 
@@ -186,4 +219,14 @@ class Broker:
         if self._auth is not None:
             self._auth.stop()
         self._ctx.term()
+        self.rejections.flush(force=True)
         log.info("broker stopped", counters=dict(self.counters))
+
+
+def _peer(frame: zmq.Frame) -> bytes:
+    """The address a frame came from (every client of a run shares one CURVE key, so the key
+    would not tell them apart)."""
+    try:
+        return str(frame.get("Peer-Address")).encode()
+    except (zmq.ZMQError, KeyError):
+        return b"?"

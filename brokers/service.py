@@ -17,6 +17,7 @@ from brokers.broker import Broker
 from llamarl.config import RunConfig, load_config, parse_config
 from llamarl.curve import load_curve
 from llamarl.errors import ConfigError
+from llamarl.limits import RateLimiter, Rejections
 from llamarl.log import configure_logging
 from llamarl.net import BrokerEndpoints
 from llamarl.version_store import VersionStore
@@ -25,14 +26,17 @@ from llamarl.version_store import VersionStore
 def build_broker(config: RunConfig, store: VersionStore | None) -> Broker:
     if config.broker.port is None:
         raise ConfigError("broker.port: a standalone broker needs a port (or LLAMARL_BROKER)")
-    on_reject = None if store is None else (lambda reason: store.count_rejected("broker", reason))
+    sink = None if store is None else (lambda r, n: store.count_rejected("broker", r, n))
+    section = config.broker
     return Broker(
         BrokerEndpoints(config.broker.host, config.broker.port),
+        run_id=config.run_id,
         hwm=config.broker.hwm,
         max_queue=config.broker.max_queue,
         max_message_bytes=config.broker.max_message_bytes,
-        on_reject=on_reject,
-        curve=load_curve(config.broker.curve_keys),
+        rejections=Rejections("broker", sink, log_interval_s=section.reject_log_interval_s),
+        rate_limit=RateLimiter(section.rate_limit_per_s, section.rate_burst),
+        curve=load_curve(section.curve_keys),
     )
 
 

@@ -3,7 +3,8 @@
 One client per thread (ZeroMQ sockets are not thread-safe). Sockets are created on first use with
 explicit high-water marks and closed with linger 0. A push blocks while the broker applies
 backpressure and raises TimeoutError after `timeout_s` rather than dropping the message. Received
-frames are decoded and validated; a malformed one is counted through `on_reject` and skipped.
+frames are size-checked before decoding and validated; a malformed one is reported to
+`on_reject(reason, detail)` (a worker's `llamarl.limits.Rejections`) and skipped.
 """
 
 from __future__ import annotations
@@ -21,25 +22,40 @@ from llamarl.net import BrokerEndpoints, make_socket
 from llamarl.protocol import Envelope, decode, encode, make_envelope
 from llamarl.topics import FANOUT_TOPICS, WORK_TOPICS
 
-RejectHook = Callable[[str], None]
+RejectHook = Callable[[str, str], None]
+ALL_TOPICS = FANOUT_TOPICS | WORK_TOPICS
 PUSH_LINGER_MS = 2000
 RECREDIT_S = 2.0
+MAX_SKIPPED = 1000  # rejected messages one recv() skips before it returns, so a flood cannot starve
 
 
 class _Receiver:
-    def __init__(self, sock: zmq.Socket, max_message_bytes: int, on_reject: RejectHook | None):
+    def __init__(
+        self, sock: zmq.Socket, run_id: str, max_message_bytes: int, on_reject: RejectHook | None
+    ):
         self.sock = sock
+        self.run_id = run_id
         self.max_message_bytes = max_message_bytes
         self.on_reject = on_reject
 
     def _decode(self, frames: list[bytes]) -> Envelope | None:
+        """The envelope of a well-formed [topic, payload] message of this run, else None."""
         try:
             if len(frames) != 2:
                 raise ProtocolError("bad_frames", f"{len(frames)} frames")
-            return decode(frames[1], self.max_message_bytes)
+            topic = frames[0].decode("utf-8", "replace")
+            kinds = ALL_TOPICS.get(topic)
+            if kinds is None:
+                raise ProtocolError("unknown_topic", topic[:40])
+            envelope = decode(frames[1], self.max_message_bytes)
+            if envelope.kind not in kinds:
+                raise ProtocolError("wrong_topic", f"{envelope.kind} on {topic}")
+            if envelope.run_id != self.run_id:
+                raise ProtocolError("wrong_run", envelope.run_id[:40])
+            return envelope
         except ProtocolError as err:
             if self.on_reject is not None:
-                self.on_reject(err.reason)
+                self.on_reject(err.reason, str(err))
             return None
 
     def close(self) -> None:
@@ -50,34 +66,46 @@ class Subscriber(_Receiver):
     """Receives every message of the subscribed fan-out topics."""
 
     def recv(self, timeout_ms: int) -> tuple[str, Envelope] | None:
-        if not self.sock.poll(timeout_ms):
-            return None
-        frames = self.sock.recv_multipart()
-        envelope = self._decode(frames)
-        return None if envelope is None else (frames[0].decode(), envelope)
+        """The next valid message, skipping (and counting) rejected ones; None when none came."""
+        for _ in range(MAX_SKIPPED):
+            if not self.sock.poll(timeout_ms):
+                return None
+            frames = self.sock.recv_multipart()
+            envelope = self._decode(frames)
+            if envelope is not None:
+                return frames[0].decode(), envelope
+            timeout_ms = 0
+        return None
 
 
 class Consumer(_Receiver):
     """Competes with other consumers of one work topic; each message reaches exactly one."""
 
-    def __init__(self, sock: zmq.Socket, topic: str, credit: int, max_bytes: int, on_reject):
-        super().__init__(sock, max_bytes, on_reject)
+    def __init__(self, sock: zmq.Socket, topic: str, credit: int, run_id: str, max_bytes: int,
+                 on_reject: RejectHook | None):  # fmt: skip
+        super().__init__(sock, run_id, max_bytes, on_reject)
         self.topic = topic.encode()
         self.credit = str(credit).encode()
         self._idle_since = time.monotonic()
         sock.send_multipart([b"CREDIT", self.topic, self.credit])
 
     def recv(self, timeout_ms: int) -> Envelope | None:
-        if not self.sock.poll(timeout_ms):
-            if time.monotonic() - self._idle_since > RECREDIT_S:
-                # Idle: re-announce the credit, in case the broker restarted and forgot it.
-                self.sock.send_multipart([b"CREDIT", self.topic, self.credit])
-                self._idle_since = time.monotonic()
-            return None
-        self._idle_since = time.monotonic()
-        frames = self.sock.recv_multipart()
-        self.sock.send_multipart([b"READY", self.topic, b"1"])
-        return self._decode(frames)
+        """The next valid message, skipping (and counting) rejected ones; None when none came."""
+        for _ in range(MAX_SKIPPED):
+            if not self.sock.poll(timeout_ms):
+                if time.monotonic() - self._idle_since > RECREDIT_S:
+                    # Idle: re-announce the credit, in case the broker restarted and forgot it.
+                    self.sock.send_multipart([b"CREDIT", self.topic, self.credit])
+                    self._idle_since = time.monotonic()
+                return None
+            self._idle_since = time.monotonic()
+            frames = self.sock.recv_multipart()
+            self.sock.send_multipart([b"READY", self.topic, b"1"])
+            envelope = self._decode(frames)
+            if envelope is not None:
+                return envelope
+            timeout_ms = 0
+        return None
 
 
 def query_broker_stats(
@@ -159,7 +187,7 @@ class BusClient:
             # must not prefix each other; FANOUT_TOPICS is chosen so.
             sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
         sock.connect(self.endpoints.sub_out)
-        receiver = Subscriber(sock, self.max_message_bytes, self.on_reject)
+        receiver = Subscriber(sock, self.run_id, self.max_message_bytes, self.on_reject)
         self._receivers.append(receiver)
         return receiver
 
@@ -168,7 +196,9 @@ class BusClient:
             raise ValueError(f"{topic!r} is not a work topic")
         sock = make_socket(self._ctx, zmq.DEALER, self.hwm, self.curve)
         sock.connect(self.endpoints.work_out)
-        receiver = Consumer(sock, topic, credit, self.max_message_bytes, self.on_reject)
+        receiver = Consumer(
+            sock, topic, credit, self.run_id, self.max_message_bytes, self.on_reject
+        )
         self._receivers.append(receiver)
         return receiver
 

@@ -42,6 +42,13 @@ class BrokerConfig(_Section):
     """Work messages a consumer may hold unacknowledged (prefetch)."""
     max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024, le=1 << 31)
     """Frames larger than this are rejected before decoding."""
+    rate_limit_per_s: float = Field(20_000.0, ge=0, le=1e9)
+    """Frames a second the broker accepts from one peer address (all processes of one host
+    share it), checked before decoding; excess frames are rejected as `rate_limited`. 0: off."""
+    rate_burst: int = Field(40_000, ge=1, le=1_000_000_000)
+    """Frames a peer may send at once above its rate before the limit applies."""
+    reject_log_interval_s: float = Field(60.0, gt=0, le=86400)
+    """A rejected-input reason is logged at most once per this interval, with its count."""
     curve_keys: str | None = None
     """Directory from `llamarl keys generate`: every ZeroMQ socket uses CURVE and servers let in
     only the public keys in DIR/authorized. null: plain TCP (trusted networks only)."""

@@ -81,6 +81,10 @@ class VersionStore:
         while True:
             try:
                 return fn()
+            except redis.AuthenticationError as err:  # retrying cannot fix credentials
+                raise ConnectionError(
+                    f"redis refused the credentials in redis.url during {what}: {err}"
+                ) from None
             except (redis.ConnectionError, redis.TimeoutError) as err:
                 attempt += 1
                 if time.monotonic() + delay > deadline:

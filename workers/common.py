@@ -26,6 +26,7 @@ from llamarl.bus import BusClient, Subscriber
 from llamarl.config import RunConfig, load_config, parse_config
 from llamarl.curve import load_curve
 from llamarl.errors import ConfigError
+from llamarl.limits import Rejections
 from llamarl.log import configure_logging
 from llamarl.net import BrokerEndpoints
 from llamarl.topics import CONTROL
@@ -72,13 +73,18 @@ class WorkerContext:
         torch.set_num_threads(threads or config.workers.torch_threads)
         self.curve = load_curve(config.broker.curve_keys)
         self.store = VersionStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
+        self.rejections = Rejections(
+            role,
+            lambda reason, count: self.store.count_rejected(role, reason, count),
+            log_interval_s=config.broker.reject_log_interval_s,
+        )
         self.bus = BusClient(
             BrokerEndpoints(config.broker.host, config.broker.port),
             run_id=config.run_id,
             sender=worker_id,
             hwm=config.broker.hwm,
             max_message_bytes=config.broker.max_message_bytes,
-            on_reject=lambda reason: self.store.count_rejected(role, reason),
+            on_reject=self.rejections.record,
             curve=self.curve,
         )
         self.control: Subscriber = self.bus.subscribe([CONTROL])
@@ -103,6 +109,7 @@ class WorkerContext:
         """Heartbeat (rate-limited); check the control topic and the run status for a stop."""
         now = time.monotonic()
         self.stop_requested()
+        self.rejections.flush()
         if now - self._last_beat < self.config.workers.heartbeat_s:
             return
         self._last_beat = now
@@ -122,6 +129,7 @@ class WorkerContext:
     def close(self) -> None:
         self.write_timers()
         try:
+            self.rejections.flush(force=True)
             self.store.heartbeat(
                 self.worker_id, self.config.workers.heartbeat_ttl_s, status="stopped"
             )

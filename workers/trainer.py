@@ -74,7 +74,9 @@ class Trainer:
         self.initial_accuracy: float | None = state.counters.get("initial_accuracy")
         self.lost = rewind(run_dir / "trained.jsonl", self.step)
         rewind(run_dir / "metrics.jsonl", self.step)
-        self.publisher = WeightPublisher(config.sync, config.run_id, ctx.curve)
+        self.publisher = WeightPublisher(
+            config.sync, config.run_id, ctx.curve, ctx.rejections.record
+        )
         self.metrics = MetricsWriter(run_dir / "metrics.jsonl")
         self.trained_log = (run_dir / "trained.jsonl").open("a")
         self.buffer: list[ScoredGroup] = []

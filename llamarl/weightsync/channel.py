@@ -12,7 +12,7 @@ import torch
 from llamarl.config import SyncConfig
 from llamarl.curve import Curve
 from llamarl.weightsync.flat import FlatWeights
-from llamarl.weightsync.p2p import P2PWeightServer, StopCheck, fetch_p2p
+from llamarl.weightsync.p2p import P2PWeightServer, RejectHook, StopCheck, fetch_p2p
 from llamarl.weightsync.shm import ShmPublisher, fetch_shm
 
 
@@ -25,7 +25,13 @@ def resolve_transport(name: str) -> str:
 class WeightPublisher:
     """The trainer's end: publish a version, get the metadata to announce."""
 
-    def __init__(self, config: SyncConfig, run_id: str, curve: Curve | None = None) -> None:
+    def __init__(
+        self,
+        config: SyncConfig,
+        run_id: str,
+        curve: Curve | None = None,
+        on_reject: RejectHook | None = None,
+    ) -> None:
         self.transport = resolve_transport(config.transport)
         self._shm: ShmPublisher | None = None
         self._server: P2PWeightServer | None = None
@@ -39,6 +45,7 @@ class WeightPublisher:
                 bucket_bytes=int(config.bucket_mb * 1024 * 1024),
                 advertise_host=config.advertise_host,
                 curve=curve,
+                on_reject=on_reject,
             )
 
     def publish(self, weights: FlatWeights) -> dict[str, str | int]:

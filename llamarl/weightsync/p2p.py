@@ -31,7 +31,9 @@ from llamarl.weightsync.flat import FlatWeights, verify
 
 log = structlog.get_logger(__name__)
 POLL_MS = 100
+MAX_REQUEST_BYTES = 1024
 StopCheck = Callable[[], bool]
+RejectHook = Callable[[str, str], None]
 
 
 def pair_group(backend: str, store: dist.Store, rank: int, timeout_s: float) -> Any:
@@ -58,8 +60,10 @@ class P2PWeightServer:
         bucket_bytes: int,
         advertise_host: str | None = None,
         curve: Curve | None = None,
+        on_reject: RejectHook | None = None,
     ) -> None:
         self.backend = backend
+        self.on_reject = on_reject
         self.timeout_s = timeout_s
         self.bucket_values = max(1, bucket_bytes // 4)
         self.device = "cuda" if backend == "nccl" else "cpu"
@@ -90,12 +94,13 @@ class P2PWeightServer:
         while not self._stop.is_set():
             if not self._control.poll(POLL_MS):
                 continue
-            identity, _, request = self._control.recv_multipart()
+            identity, *request = self._control.recv_multipart()
             with self._lock:
                 weights = self._latest
-            try:
-                peer = str(msgpack.unpackb(request, raw=False)["worker_id"])[:64]
-            except Exception:  # any malformed request is refused; the server keeps serving
+            peer = _requesting_worker(request)
+            if peer is None:  # refused and counted; the server keeps serving
+                if self.on_reject is not None:
+                    self.on_reject("bad_sync_request", repr(request[:2])[:80])
                 self._control.send_multipart(
                     [identity, b"", msgpack.packb({"error": "bad request"})]
                 )
@@ -137,6 +142,23 @@ class P2PWeightServer:
         if self._auth is not None:
             self._auth.stop()
         self._ctx.term()
+
+
+def _requesting_worker(frames: list[bytes]) -> str | None:
+    """The worker id of a well-formed request ([b"", msgpack {"worker_id": str}]), else None."""
+    if len(frames) != 2 or frames[0] != b"" or len(frames[1]) > MAX_REQUEST_BYTES:
+        return None
+    try:
+        request = msgpack.unpackb(frames[1], raw=False, ext_hook=_no_ext, max_ext_len=0)
+    except Exception:  # msgpack raises many types on bad input; all mean garbage
+        return None
+    if not isinstance(request, dict) or not isinstance(request.get("worker_id"), str):
+        return None
+    return request["worker_id"][:64]
+
+
+def _no_ext(code: int, data: bytes) -> None:
+    raise ValueError("msgpack extension types are not allowed")
 
 
 def _await_reply(sock: zmq.Socket, endpoint: str, timeout_s: float, should_stop: StopCheck) -> Any:

@@ -191,3 +191,20 @@ def test_rejections_are_counted_in_redis(redis_server, store) -> None:
         ctx.term()
     finally:
         assert stop_process(proc) == 0
+
+
+def test_rate_limit_rejects_a_flooding_peer_before_decoding() -> None:
+    endpoints = BrokerEndpoints("127.0.0.1", free_port_block())
+    limits = {"LLAMARL__BROKER__RATE_LIMIT_PER_S": "50", "LLAMARL__BROKER__RATE_BURST": "100"}
+    proc = start_broker_process(endpoints, limits)
+    try:
+        producer = BusClient(endpoints, run_id="test", sender="flood")
+        for index in range(1000):
+            producer.push(ROLLOUTS, rollout_group(index), 0)
+        producer.close()
+        time.sleep(2.5)  # the bucket refills, so this peer's STATS query gets through
+        stats = query_broker_stats(endpoints)
+        assert stats["rejected.rate_limited"] + stats["queued.rollouts"] == 1000
+        assert 100 <= stats["queued.rollouts"] <= 300, stats
+    finally:
+        assert stop_process(proc) == 0

@@ -1,0 +1,63 @@
+"""A generator that missed versions, or whose pull failed, catches up with the next one: it
+pulls only the newest version (never the ones in between), and a failed pull keeps its weights
+and is retried on the next version. Real Redis, real broker, the real Generator class."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from brokers.redis_server import RedisServer
+from llamarl.config import parse_config
+from llamarl.engine.model import build_policy
+from llamarl.net import BrokerEndpoints
+from llamarl.weightsync.channel import WeightPublisher
+from llamarl.weightsync.flat import flatten
+from workers.common import WorkerContext
+from workers.generator import Generator
+
+MODEL = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}
+
+
+def test_generator_skips_to_the_newest_version_and_recovers_from_a_failed_pull(
+    tmp_path: Path, redis_server: RedisServer, broker: BrokerEndpoints
+) -> None:
+    config = parse_config({
+        "run_id": "test", "run_dir": str(tmp_path), "model": MODEL,
+        "redis": {"url": redis_server.url},
+        "broker": {"host": broker.host, "port": broker.port},
+        "sync": {"transport": "shm"},
+    })  # fmt: skip
+    ctx = WorkerContext("generator", config, "g0")
+    generator = Generator(ctx)
+    publisher = WeightPublisher(config.sync, config.run_id)
+
+    def publish(version: int) -> str:
+        policy = build_policy(config.model, seed=100 + version)  # distinct weights per version
+        weights = flatten(policy.model, version)
+        ctx.store.publish_version(version, publisher.publish(weights))
+        return weights.checksum
+
+    def held() -> str:
+        return flatten(generator.policy.model, generator.policy_version).checksum
+
+    try:
+        for version in range(4):  # the generator is busy while four versions go by
+            newest = publish(version)
+        generator.sync_weights()
+        assert generator.policy_version == 3 and held() == newest
+        assert ctx.counters["syncs"] == 1, "versions 0..2 must not be pulled"
+
+        publish(4)
+        Path(ctx.store.version_meta()["endpoint"]).unlink()  # version 4 vanishes mid-pull
+        before = held()
+        generator.sync_weights()
+        assert ctx.counters["sync_failures"] == 1
+        assert generator.policy_version == 3 and held() == before, "weights must be untouched"
+
+        newest = publish(5)
+        generator.sync_weights()
+        assert generator.policy_version == 5 and held() == newest
+        assert ctx.counters["syncs"] == 2
+    finally:
+        publisher.close()
+        ctx.close()
