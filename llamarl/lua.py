@@ -61,10 +61,17 @@ return 1
 """
 
 FINISH_TICKET = """
--- KEYS: tickets, leases, lease_owner, ledger. ARGV: ticket_id, outcome
--- Returns 1 when this call ended the ticket, 0 when it had already ended, -1 when unknown.
+-- KEYS: tickets, leases, lease_owner, ledger, ticket_floor. ARGV: ticket_id, outcome
+-- Returns 1 when this call ended the ticket, 0 when it had already ended (also when compacted
+-- away below the floor), -1 when it was never issued.
 local state = redis.call('HGET', KEYS[1], ARGV[1])
-if not state then return -1 end
+if not state then
+  if tonumber(ARGV[1]) < tonumber(redis.call('GET', KEYS[5]) or '0') then
+    redis.call('HINCRBY', KEYS[4], 'duplicate', 1)
+    return 0
+  end
+  return -1
+end
 if state ~= 'open' then
   redis.call('HINCRBY', KEYS[4], 'duplicate', 1)
   return 0
@@ -96,4 +103,25 @@ else
   redis.call('HDEL', KEYS[3], ARGV[1])
 end
 return 1
+"""
+
+COMPACT_TICKETS = """
+-- KEYS: tickets, attempts, ledger, ticket_floor
+-- Deletes the per-ticket entries of every ticket below the lowest one still open (or not yet
+-- issued) and records that floor; the ledger keeps the counts. Returns the new floor.
+local low = tonumber(redis.call('HGET', KEYS[3], 'issued') or '0')
+local entries = redis.call('HGETALL', KEYS[1])
+for i = 1, #entries, 2 do
+  if entries[i + 1] == 'open' then
+    local id = tonumber(entries[i])
+    if id < low then low = id end
+  end
+end
+local floor = tonumber(redis.call('GET', KEYS[4]) or '0')
+for id = floor, low - 1 do
+  redis.call('HDEL', KEYS[1], id)
+  redis.call('HDEL', KEYS[2], id)
+end
+if low > floor then redis.call('SET', KEYS[4], low) end
+return math.max(low, floor)
 """

@@ -4,8 +4,9 @@ Key schema (all under `llamarl:<run_id>:`; see README):
   policy_version          string  latest published policy version (only ever increases)
   version                 hash    metadata of that version: num_bytes, checksum, transport, ...
   ledger                  hash    issued, trained, dropped_stale, reissued, duplicate, reopened
-  tickets                 hash    ticket_id -> open | trained | dropped_stale
+  tickets                 hash    ticket_id -> open | trained | dropped_stale (at or above the floor)
   attempts                hash    ticket_id -> attempt number (0 first, +1 per reissue)
+  ticket_floor            string  every ticket below it has ended; its entries were compacted
   leases                  zset    open ticket_id scored by lease expiry (Redis time, ms)
   lease_owner             hash    ticket_id -> worker_id holding the lease
   workers                 set     every worker_id that ever registered
@@ -69,6 +70,7 @@ class VersionStore:
         self._renew = self.client.register_script(lua.RENEW_LEASE)
         self._finish = self.client.register_script(lua.FINISH_TICKET)
         self._reopen = self.client.register_script(lua.REOPEN_TICKET)
+        self._compact = self.client.register_script(lua.COMPACT_TICKETS)
 
     def key(self, name: str) -> str:
         return self.prefix + name
@@ -158,7 +160,7 @@ class VersionStore:
         """End a ticket exactly once; False (counted as duplicate) if it had already ended."""
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
-        keys = [self.key(n) for n in ("tickets", "leases", "lease_owner", "ledger")]
+        keys = [self.key(n) for n in ("tickets", "leases", "lease_owner", "ledger", "ticket_floor")]
         result = self._call(
             "finish ticket", lambda: self._finish(keys=keys, args=[ticket_id, outcome])
         )
@@ -171,6 +173,12 @@ class VersionStore:
         keys = [self.key(n) for n in ("tickets", "leases", "lease_owner", "ledger")]
         args = [ticket_id, int(requeue)]
         return bool(self._call("reopen ticket", lambda: self._reopen(keys=keys, args=args)))
+
+    def compact_tickets(self) -> int:
+        """Drop the entries of tickets below the lowest open one; returns that floor. Safe once
+        nothing below it can be reopened: the trainer calls it right after a checkpoint."""
+        keys = [self.key(n) for n in ("tickets", "attempts", "ledger", "ticket_floor")]
+        return int(self._call("compact tickets", lambda: self._compact(keys=keys)))
 
     def ledger(self) -> dict[str, int]:
         raw = self._call("ledger", lambda: self.client.hgetall(self.key("ledger")))

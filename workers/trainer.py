@@ -116,7 +116,10 @@ class Trainer:
         path = self.checkpoints.save(
             self.policy, self.learner.reference, self.learner.optimizer, state
         )
-        log.info("checkpoint", path=str(path), step=self.step)
+        # Every ticket ended so far is in this checkpoint, so none below the lowest open one
+        # can be reopened by a later resume: their per-ticket entries can go.
+        floor = self.ctx.store.compact_tickets()
+        log.info("checkpoint", path=str(path), step=self.step, ticket_floor=floor)
 
     def evaluate(self) -> float:
         gen = self.ctx.config.generation

@@ -133,3 +133,33 @@ def test_reopened_tickets_are_reissued_or_held(store: VersionStore) -> None:
     fresh = store.claim_ticket("g1", **GATE)
     assert fresh is not None and not fresh.reissued, "a held ticket must not be reissued"
     assert store.finish_ticket(held.ticket_id, "trained")
+
+
+def test_compaction_drops_ended_tickets_below_the_lowest_open_one(store: VersionStore) -> None:
+    store.publish_version(0, {})
+    tickets = [store.claim_ticket("g0", **GATE) for _ in range(8)]
+    assert all(tickets)
+    for ticket_id in (0, 1, 2, 4, 5):  # 3, 6 and 7 stay open
+        store.finish_ticket(ticket_id, "trained" if ticket_id != 4 else "dropped_stale")
+    ledger_before = store.ledger()
+    assert store.compact_tickets() == 3
+    assert store.ledger() == ledger_before, "the ledger keeps every count"
+    assert [store.ticket_state(i) for i in range(8)] == [
+        None,
+        None,
+        None,
+        "open",
+        "dropped_stale",
+        "trained",
+        "open",
+        "open",
+    ]
+    assert not store.finish_ticket(1, "trained"), "a compacted ticket ends only once"
+    assert store.ledger()["duplicate"] == ledger_before["duplicate"] + 1
+    with pytest.raises(KeyError, match="never issued"):
+        store.finish_ticket(99, "trained")
+    for ticket_id in (3, 6, 7):
+        store.finish_ticket(ticket_id, "trained")
+    assert store.compact_tickets() == 8
+    assert store.client.hlen(store.key("tickets")) == 0
+    assert store.client.hlen(store.key("attempts")) == 0
