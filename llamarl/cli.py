@@ -57,6 +57,12 @@ def _keys_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _monitor(args: argparse.Namespace) -> int:
+    from llamarl.monitor import main as monitor
+
+    return monitor(args)
+
+
 def _bench(args: argparse.Namespace) -> int:
     return int(importlib.import_module("workers.bench").main(args))
 
@@ -98,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     avs.add_argument("--json", action="store_true", help="one-line JSON")
     avs.add_argument("--out", help="also write the JSON here")
     avs.set_defaults(func=_bench)
+
+    monitor = sub.add_parser("monitor", help="watch a run from its Redis: progress, workers")
+    monitor.add_argument("--config", help="run config (redis.url, run_id; env overrides apply)")
+    monitor.add_argument("--interval", type=float, default=2.0, help="seconds between snapshots")
+    monitor.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    monitor.set_defaults(func=_monitor)
 
     keys = sub.add_parser("keys", help="ZeroMQ CURVE keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)

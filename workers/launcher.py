@@ -30,6 +30,7 @@ import structlog
 
 from llamarl.config import RunConfig, dump_config, load_config
 from llamarl.log import configure_logging
+from llamarl.monitor import progress_line
 from llamarl.sync_run import run_sync
 from llamarl.version_store import VersionStore
 from workers.embedded import EmbeddedServices
@@ -83,19 +84,6 @@ def stop_all(children: list[Child]) -> dict[str, int]:
             child.process.kill()
             child.process.wait(STOP_TIMEOUT_S)
     return {child.worker_id: int(child.process.returncode) for child in children}
-
-
-def progress_line(store: VersionStore, total_steps: int) -> str:
-    trainer = next((w.fields for w in store.workers() if w.worker_id == "trainer"), {})
-    ledger = store.ledger()
-    return (
-        f"step {trainer.get('step', 0)}/{total_steps}  version {trainer.get('policy_version', '-')}"
-        f"  reward {float(trainer.get('reward_mean', 0)):.3f}"
-        f"  held-out {float(trainer.get('held_out_accuracy', 0)):.3f}"
-        f"  staleness max {trainer.get('max_staleness', 0)}"
-        f"  tickets issued {ledger['issued']} trained {ledger['trained']}"
-        f" stale {ledger['dropped_stale']} open {ledger['open']}"
-    )
 
 
 class Supervisor:

@@ -68,3 +68,34 @@ def test_worker_without_redis_exits_3_after_the_deadline() -> None:
     assert done.returncode == 3
     assert "reward r0: redis unreachable for 1s during register worker" in done.stderr
     assert time.monotonic() - started < 60
+
+
+def test_monitor_shows_progress_workers_and_rejections(redis_server, store) -> None:
+    store.publish_version(0, {})
+    store.claim_ticket("generator-0", lease_s=60, max_staleness=1, prompts_per_step=4)
+    store.register_worker("generator-0", "generator", ttl_s=60)
+    store.register_worker("reward-0", "reward", ttl_s=0.05)  # its heartbeat lapses at once
+    store.heartbeat("generator-0", 60, status="running", policy_version=0)
+    store.count_rejected("broker", "garbage", 7)
+    time.sleep(0.2)
+    env = {**os.environ, "LLAMARL_REDIS_URL": redis_server.url, "LLAMARL_RUN_ID": "test"}
+    done = subprocess.run(
+        [*LLAMARL, "monitor", "--once"], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "tickets issued 1 trained 0 stale 0 open 1" in lines[0]
+    generator = next(line for line in lines if "generator-0" in line).split()
+    assert generator[1:4] == ["generator", "running", "alive"]
+    assert next(line for line in lines if "reward-0" in line).split()[1:4] == ["?", "-", "dead"]
+    assert "broker.garbage 7" in lines[-1]
+
+
+def test_monitor_without_redis_exits_3(tmp_path) -> None:
+    env = {**os.environ, "LLAMARL_REDIS_URL": f"redis://127.0.0.1:{free_port_block()}/0",
+           "LLAMARL__REDIS__CONNECT_DEADLINE_S": "1"}  # fmt: skip
+    done = subprocess.run(
+        [*LLAMARL, "monitor", "--once"], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 3
+    assert done.stderr.startswith("monitor: redis unreachable for 1s")

@@ -1,0 +1,66 @@
+"""`llamarl monitor`: watch a run from its Redis alone (any machine that reaches Redis).
+
+Prints the progress line (trainer step and version, reward, held-out accuracy, largest staleness,
+ticket ledger), one line per worker (role, status, alive or dead by heartbeat TTL, seconds since
+its last heartbeat, policy version) and the rejected-input counts, every `--interval` seconds;
+`--once` prints one snapshot and exits (scripts, health checks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from llamarl.config import load_config, parse_config
+from llamarl.version_store import VersionStore
+
+
+def progress_line(store: VersionStore, total_steps: int) -> str:
+    trainer = next((w.fields for w in store.workers() if w.worker_id == "trainer"), {})
+    ledger = store.ledger()
+    return (
+        f"step {trainer.get('step', 0)}/{total_steps}  version {trainer.get('policy_version', '-')}"
+        f"  reward {float(trainer.get('reward_mean', 0)):.3f}"
+        f"  held-out {float(trainer.get('held_out_accuracy', 0)):.3f}"
+        f"  staleness max {trainer.get('max_staleness', 0)}"
+        f"  tickets issued {ledger['issued']} trained {ledger['trained']}"
+        f" stale {ledger['dropped_stale']} open {ledger['open']}"
+    )
+
+
+def snapshot(store: VersionStore, total_steps: int) -> str:
+    lines = [f"run {store.run_id}: {progress_line(store, total_steps)}"]
+    now = time.time()
+    for worker in store.workers():
+        fields = worker.fields
+        seen = f"{now - float(fields['last_seen']):.0f}s ago" if "last_seen" in fields else "-"
+        state = "alive" if worker.alive else "dead"
+        lines.append(
+            f"  {worker.worker_id:<24} {fields.get('role', '?'):<10}"
+            f" {fields.get('status', '-'):<9} {state:<6} seen {seen:<8}"
+            f" version {fields.get('policy_version', '-')}"
+        )
+    rejected = store.rejected()
+    if rejected:
+        lines.append("  rejected: " + ", ".join(f"{k} {v}" for k, v in sorted(rejected.items())))
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    config = load_config(args.config) if args.config else parse_config({})
+    if config.redis.url is None:
+        print("monitor: no redis.url (set it in the config or LLAMARL_REDIS_URL)", file=sys.stderr)
+        return 2
+    store = VersionStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
+    try:
+        while True:
+            print(snapshot(store, config.trainer.num_steps), flush=True)
+            if args.once:
+                return 0
+            time.sleep(args.interval)
+    except ConnectionError as err:
+        print(f"monitor: {err}", file=sys.stderr)
+        return 3
+    finally:
+        store.close()
