@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -75,20 +75,13 @@ def _redis_rejected(store: VersionStore, source: str) -> int:
     return sum(n for key, n in store.rejected().items() if key.startswith(f"{source}."))
 
 
-@pytest.fixture
-def fuzz_store(redis_server: RedisServer) -> Iterator[VersionStore]:
-    store = VersionStore(redis_server.url, "fuzz", connect_deadline_s=5)
-    yield store
-    store.close()
-
-
 def test_broker_endpoints_reject_and_count_every_bad_frame(
-    redis_server: RedisServer, fuzz_store: VersionStore
+    redis_server: RedisServer, store: VersionStore
 ) -> None:
     endpoints = BrokerEndpoints("127.0.0.1", free_port_block())
     env = {
         "LLAMARL_REDIS_URL": redis_server.url,
-        "LLAMARL_RUN_ID": "fuzz",
+        "LLAMARL_RUN_ID": "test",
         "LLAMARL__BROKER__MAX_MESSAGE_BYTES": str(MAX_BYTES),
     }
     proc = start_broker_process(endpoints, env)
@@ -100,9 +93,9 @@ def test_broker_endpoints_reject_and_count_every_bad_frame(
 
         rss_before = _rss_kb(proc.pid)
         plans = [
-            (zmq.PUB, endpoints.pub_in, bad_messages(FRAMES, topic=CONTROL, run_id="fuzz",
+            (zmq.PUB, endpoints.pub_in, bad_messages(FRAMES, topic=CONTROL, run_id="test",
                                                      max_bytes=MAX_BYTES, seed=1)),
-            (zmq.PUSH, endpoints.work_in, bad_messages(FRAMES, topic=ROLLOUTS, run_id="fuzz",
+            (zmq.PUSH, endpoints.work_in, bad_messages(FRAMES, topic=ROLLOUTS, run_id="test",
                                                        max_bytes=MAX_BYTES, seed=2)),
             (zmq.DEALER, endpoints.work_out, bad_commands(FRAMES, seed=3)),
             (zmq.XSUB, endpoints.sub_out, bad_subscriptions(FRAMES, seed=4)),
@@ -118,12 +111,12 @@ def test_broker_endpoints_reject_and_count_every_bad_frame(
         assert proc.poll() is None, "broker crashed"
         assert counted() == total
         deadline = time.monotonic() + 10
-        while _redis_rejected(fuzz_store, "broker") < total and time.monotonic() < deadline:
+        while _redis_rejected(store, "broker") < total and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _redis_rejected(fuzz_store, "broker") == total
+        assert _redis_rejected(store, "broker") == total
         assert _rss_kb(proc.pid) - rss_before < RSS_GROWTH_KB
         # Valid traffic still flows.
-        client = BusClient(endpoints, run_id="fuzz", sender="ok")
+        client = BusClient(endpoints, run_id="test", sender="ok")
         sub = client.subscribe([CONTROL])
         got = None
         for _ in range(100):
@@ -187,10 +180,10 @@ def _start_worker(role: str, config: Path, broker: FakeBroker, redis_url: str) -
 
 @pytest.mark.parametrize("role", ["generator", "reward", "trainer"])
 def test_worker_inputs_reject_and_count_every_bad_message(
-    tmp_path: Path, redis_server: RedisServer, fuzz_store: VersionStore, role: str
+    tmp_path: Path, redis_server: RedisServer, store: VersionStore, role: str
 ) -> None:
     config = write_config(
-        tmp_path, "fuzz", broker={"max_message_bytes": MAX_BYTES}, sync={"transport": "gloo"}
+        tmp_path, "test", broker={"max_message_bytes": MAX_BYTES}, sync={"transport": "gloo"}
     )
     ctx = zmq.Context()
     broker = FakeBroker(ctx)
@@ -199,7 +192,7 @@ def test_worker_inputs_reject_and_count_every_bad_message(
         broker.wait_for_subscriber()
 
         def counted() -> int:
-            return _redis_rejected(fuzz_store, role)
+            return _redis_rejected(store, role)
 
         def control(message: list[bytes]) -> None:
             broker.xpub.send_multipart(message)
@@ -208,7 +201,7 @@ def test_worker_inputs_reject_and_count_every_bad_message(
             (
                 control,
                 bad_messages(
-                    FRAMES, topic=CONTROL, run_id="fuzz", max_bytes=MAX_BYTES, subscribed=True
+                    FRAMES, topic=CONTROL, run_id="test", max_bytes=MAX_BYTES, subscribed=True
                 ),
             )  # fmt: skip
         ]
@@ -220,13 +213,13 @@ def test_worker_inputs_reject_and_count_every_bad_message(
                 broker.router.send_multipart([identity, *message])
 
             messages = bad_messages(
-                FRAMES, topic=work_topic, run_id="fuzz", max_bytes=MAX_BYTES, seed=5
+                FRAMES, topic=work_topic, run_id="test", max_bytes=MAX_BYTES, seed=5
             )
             inputs.append((work, messages))
         sync = None
         if role == "trainer":
             deadline = time.monotonic() + 120
-            while "endpoint" not in (meta := fuzz_store.version_meta()):
+            while "endpoint" not in (meta := store.version_meta()):
                 assert time.monotonic() < deadline and proc.poll() is None, "no version published"
                 time.sleep(0.1)
             sync = ctx.socket(zmq.DEALER)
