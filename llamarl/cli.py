@@ -83,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a whole job on this machine (private Redis + broker)")
     run.add_argument("config", help="run config YAML")
     run.add_argument("--mode", choices=["async", "sync"], default="async")
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="carry on the stopped async run in RUN_DIR (its Redis data and checkpoints)",
+    )
     run.set_defaults(func=_run)
 
     sft = sub.add_parser("sft", help="supervised warm-start; writes a transformers checkpoint")

@@ -6,8 +6,10 @@ and the reward workers as child processes, each in its own session so only this 
 them. It shows progress from Redis, ends when the trainer finishes, and always stops every child
 (also on Ctrl-C). A dead worker is restarted under the same id, up to `workers.max_restarts`
 times each (the trainer resumes from its latest checkpoint); one restart too many ends the run
-with exit code 1 naming the role. Every launch is a fresh run: it clears the run directory's
-results, checkpoints and embedded Redis data. The last stdout line
+with exit code 1 naming the role. A launch is a fresh run: it clears the run directory's
+results, checkpoints and embedded Redis data; `--resume` instead keeps them and carries on a run
+that was stopped (Ctrl-C, SIGTERM) or whose machine went down: Redis comes back from its AOF and
+the trainer from its newest checkpoint. The last stdout line
 is the JSON summary, with the ledger and the largest staleness trained on.
 """
 
@@ -137,14 +139,15 @@ class Supervisor:
             time.sleep(POLL_S)
 
 
-def run_async(config: RunConfig, config_path: str, run_dir: Path) -> int:
+def run_async(config: RunConfig, config_path: str, run_dir: Path, resume: bool) -> int:
     services = (
         EmbeddedServices(run_dir, config.run_id, config.broker.curve_keys)
         if config.redis.url is None
         else None
     )
     if services is not None:
-        shutil.rmtree(run_dir / "redis", ignore_errors=True)  # a fresh run, not a resume
+        if not resume:
+            shutil.rmtree(run_dir / "redis", ignore_errors=True)
         services.start()
     env = services.env() if services is not None else {}
     url = services.redis_url if services is not None else str(config.redis.url)
@@ -190,11 +193,17 @@ def main(args: argparse.Namespace) -> int:
     configure_logging("launcher", "launcher", args.log_format)
     run_dir = Path(config.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    for name in RUN_FILES:
-        (run_dir / name).unlink(missing_ok=True)
-    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    resume = args.mode == "async" and args.resume
+    if not resume:
+        for name in RUN_FILES:
+            (run_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     (run_dir / "config.yaml").write_text(dump_config(config))
     if args.mode == "sync":
         print(json.dumps(run_sync(config)), flush=True)
         return 0
-    return run_async(config, args.config, run_dir)
+    try:
+        return run_async(config, args.config, run_dir, resume)
+    except KeyboardInterrupt:
+        print(f"run stopped; carry on with: llamarl run {args.config} --resume", file=sys.stderr)
+        raise

@@ -36,9 +36,9 @@ def write_config(directory: Path, run_id: str, **overrides: Any) -> Path:
     return path
 
 
-def launch(config: Path) -> subprocess.Popen[str]:
+def launch(config: Path, *options: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "llamarl.cli", "run", str(config)],
+        [sys.executable, "-m", "llamarl.cli", "run", str(config), *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

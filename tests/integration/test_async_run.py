@@ -124,3 +124,42 @@ def _wait_for_respawn(worker_id: str, launcher: subprocess.Popen[str]) -> None:
         if processes_mentioning(f"--worker-id {worker_id} "):
             return
         time.sleep(0.1)
+
+
+def test_stopped_run_resumes_with_nothing_lost(tmp_path: Path) -> None:
+    """Ctrl-C a run, then `llamarl run --resume`: Redis comes back from its AOF, the trainer from
+    the checkpoint it wrote on the stop; the run completes as if never stopped."""
+    steps = 300
+    config = write_config(
+        tmp_path, "resume",
+        trainer={"num_steps": steps, "checkpoint_every": 7},
+        staleness={"max_staleness": 1, "lease_s": 2.0},
+    )  # fmt: skip
+    run_dir = tmp_path / "resume"
+    proc = launch(config)
+    deadline = time.monotonic() + 120
+    while len(_lines(run_dir / "metrics.jsonl")) < 60:
+        assert proc.poll() is None and time.monotonic() < deadline, "run ended or stalled early"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert f"llamarl run {config} --resume" in err
+    assert processes_mentioning(str(config)) == []
+    stopped_at = len(_lines(run_dir / "metrics.jsonl"))
+    assert stopped_at < steps
+
+    proc = launch(config, "--resume")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    check_finished_run(summary, run_dir, steps * 4, k=1)
+    records = [json.loads(line) for line in _lines(run_dir / "metrics.jsonl")]
+    assert [r["step"] for r in records] == list(range(1, steps + 1))
+    versions = [r["policy_version"] for r in records]
+    assert versions == sorted(set(versions)), "versions must strictly increase"
+    assert summary["ledger"]["reopened"] == 0, "the stop checkpoint loses no step"
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
