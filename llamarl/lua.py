@@ -17,9 +17,10 @@ return 1
 """
 
 CLAIM_TICKET = """
--- KEYS: policy_version, ledger, tickets, attempts, leases, lease_owner
+-- KEYS: policy_version, ledger, tickets, attempts, leases, lease_owner, version_offset
 -- ARGV: worker_id, lease_ms, max_staleness, prompts_per_step, total_tickets (0 = unbounded)
--- Returns {ticket_id, attempt, reissued} or false when the gate is closed.
+-- Returns {ticket_id, attempt, reissued} or false when the gate is closed. The gate counts
+-- trained versions: policy_version less version_offset, the numbers a resumed trainer skipped.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease_ms = tonumber(ARGV[2])
@@ -32,7 +33,8 @@ if #expired > 0 then
   redis.call('HINCRBY', KEYS[2], 'reissued', 1)
   return {tonumber(id), attempt, 1}
 end
-local version = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), 0)
+local offset = tonumber(redis.call('GET', KEYS[7]) or '0')
+local version = math.max(tonumber(redis.call('GET', KEYS[1]) or '0') - offset, 0)
 local issued = tonumber(redis.call('HGET', KEYS[2], 'issued') or '0')
 local dropped = tonumber(redis.call('HGET', KEYS[2], 'dropped_stale') or '0')
 local live = issued - dropped

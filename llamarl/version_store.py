@@ -2,6 +2,7 @@
 
 Key schema (all under `llamarl:<run_id>:`; see README):
   policy_version          string  latest published policy version (only ever increases)
+  version_offset          string  version numbers skipped by trainer resumes (the gate ignores them)
   version                 hash    metadata of that version: num_bytes, checksum, transport, ...
   ledger                  hash    issued, trained, dropped_stale, reissued, duplicate, reopened
   tickets                 hash    ticket_id -> open | trained | dropped_stale (at or above the floor)
@@ -120,6 +121,12 @@ class VersionStore:
                 f"policy version {policy_version} is not above current {self.policy_version()}"
             )
 
+    def skip_versions(self, count: int) -> None:
+        """Record that a resumed trainer publishes `count` version numbers ahead of what it has
+        trained, so the admission gate does not let generators run that far ahead."""
+        key = self.key("version_offset")
+        self._call("skip versions", lambda: self.client.incrby(key, count))
+
     def version_meta(self) -> dict[str, str]:
         return self._call("version meta", lambda: self.client.hgetall(self.key("version")))
 
@@ -134,10 +141,8 @@ class VersionStore:
         total_tickets: int = 0,
     ) -> Ticket | None:
         """An expired ticket to redo, else a new one if the staleness gate is open, else None."""
-        keys = [
-            self.key(n)
-            for n in ("policy_version", "ledger", "tickets", "attempts", "leases", "lease_owner")
-        ]
+        names = ("policy_version", "ledger", "tickets", "attempts", "leases", "lease_owner")
+        keys = [self.key(n) for n in (*names, "version_offset")]
         args: list[Any] = [
             worker_id,
             int(lease_s * 1000),

@@ -89,7 +89,10 @@ class Trainer:
         current = store.policy_version()
         if restored is None and current < 0:
             return  # a fresh run
+        trained_version = self.policy_version
         self.policy_version = max(self.policy_version, current) + 1
+        # Before the publish, so the gate is never wider than the trained versions allow.
+        store.skip_versions(self.policy_version - trained_version)
         held = restored.state.buffer if restored is not None else []
         self.buffer = [g for g in held if store.reopen_ticket(g.group.ticket_id, requeue=False)]
         held_ids = {g.group.ticket_id for g in self.buffer}

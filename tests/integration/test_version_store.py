@@ -163,3 +163,12 @@ def test_compaction_drops_ended_tickets_below_the_lowest_open_one(store: Version
     assert store.compact_tickets() == 8
     assert store.client.hlen(store.key("tickets")) == 0
     assert store.client.hlen(store.key("attempts")) == 0
+
+
+def test_gate_discounts_version_numbers_skipped_by_a_resume(store: VersionStore) -> None:
+    store.publish_version(2, {})
+    store.skip_versions(2)  # the model behind version 2 is the one of version 0
+    claimed = 0
+    while store.claim_ticket("g0", **GATE) is not None:
+        claimed += 1
+    assert claimed == (0 + GATE["max_staleness"] + 1) * GATE["prompts_per_step"]
