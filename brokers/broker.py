@@ -127,7 +127,7 @@ class Broker:
         if frames is None or frames[0][:1] == b"\x00":
             return
         if len(frames) != 1 or frames[0][:1] != b"\x01":
-            self._reject("bad_subscription", repr(frames[0][:20]) if frames else "no frames")
+            self._reject("bad_subscription", repr(frames[0][:20]))
         elif frames[0][1:].decode("utf-8", "replace") not in FANOUT_TOPICS:
             self._reject("unknown_topic", frames[0][1:40].decode("utf-8", "replace"))
 

@@ -10,7 +10,7 @@ frames are size-checked before decoding and validated; a malformed one is report
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import msgpack
@@ -18,11 +18,11 @@ import zmq
 
 from llamarl.curve import Curve
 from llamarl.errors import ProtocolError
+from llamarl.limits import RejectHook
 from llamarl.net import BrokerEndpoints, make_socket
 from llamarl.protocol import Envelope, decode, encode, make_envelope
 from llamarl.topics import FANOUT_TOPICS, WORK_TOPICS
 
-RejectHook = Callable[[str, str], None]
 ALL_TOPICS = FANOUT_TOPICS | WORK_TOPICS
 PUSH_LINGER_MS = 2000
 RECREDIT_S = 2.0
@@ -37,6 +37,27 @@ class _Receiver:
         self.run_id = run_id
         self.max_message_bytes = max_message_bytes
         self.on_reject = on_reject
+
+    def _next_valid(self, timeout_ms: int) -> tuple[str, Envelope] | None:
+        """The next valid message as (topic, envelope), skipping (and counting) rejected ones,
+        at most MAX_SKIPPED per call; None when none came within `timeout_ms`."""
+        for _ in range(MAX_SKIPPED):
+            if not self.sock.poll(timeout_ms):
+                self._idle()
+                return None
+            frames = self.sock.recv_multipart()
+            self._received()
+            envelope = self._decode(frames)
+            if envelope is not None:
+                return frames[0].decode(), envelope
+            timeout_ms = 0
+        return None
+
+    def _idle(self) -> None:
+        """Called when a poll found nothing."""
+
+    def _received(self) -> None:
+        """Called for every message taken off the socket, valid or not."""
 
     def _decode(self, frames: list[bytes]) -> Envelope | None:
         """The envelope of a well-formed [topic, payload] message of this run, else None."""
@@ -66,16 +87,8 @@ class Subscriber(_Receiver):
     """Receives every message of the subscribed fan-out topics."""
 
     def recv(self, timeout_ms: int) -> tuple[str, Envelope] | None:
-        """The next valid message, skipping (and counting) rejected ones; None when none came."""
-        for _ in range(MAX_SKIPPED):
-            if not self.sock.poll(timeout_ms):
-                return None
-            frames = self.sock.recv_multipart()
-            envelope = self._decode(frames)
-            if envelope is not None:
-                return frames[0].decode(), envelope
-            timeout_ms = 0
-        return None
+        """The next valid (topic, envelope); None when none came."""
+        return self._next_valid(timeout_ms)
 
 
 class Consumer(_Receiver):
@@ -90,22 +103,19 @@ class Consumer(_Receiver):
         sock.send_multipart([b"CREDIT", self.topic, self.credit])
 
     def recv(self, timeout_ms: int) -> Envelope | None:
-        """The next valid message, skipping (and counting) rejected ones; None when none came."""
-        for _ in range(MAX_SKIPPED):
-            if not self.sock.poll(timeout_ms):
-                if time.monotonic() - self._idle_since > RECREDIT_S:
-                    # Idle: re-announce the credit, in case the broker restarted and forgot it.
-                    self.sock.send_multipart([b"CREDIT", self.topic, self.credit])
-                    self._idle_since = time.monotonic()
-                return None
+        """The next valid work message; None when none came."""
+        got = self._next_valid(timeout_ms)
+        return None if got is None else got[1]
+
+    def _idle(self) -> None:
+        if time.monotonic() - self._idle_since > RECREDIT_S:
+            # Re-announce the credit, in case the broker restarted and forgot it.
+            self.sock.send_multipart([b"CREDIT", self.topic, self.credit])
             self._idle_since = time.monotonic()
-            frames = self.sock.recv_multipart()
-            self.sock.send_multipart([b"READY", self.topic, b"1"])
-            envelope = self._decode(frames)
-            if envelope is not None:
-                return envelope
-            timeout_ms = 0
-        return None
+
+    def _received(self) -> None:
+        self._idle_since = time.monotonic()
+        self.sock.send_multipart([b"READY", self.topic, b"1"])
 
 
 def query_broker_stats(

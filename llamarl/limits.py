@@ -18,6 +18,8 @@ import structlog
 
 log = structlog.get_logger(__name__)
 RejectSink = Callable[[str, int], None]
+RejectHook = Callable[[str, str], None]
+"""What a receiver calls with (reason, detail) for each refused input: `Rejections.record`."""
 MAX_PEERS = 10_000
 
 

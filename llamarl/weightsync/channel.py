@@ -11,8 +11,9 @@ import torch
 
 from llamarl.config import SyncConfig
 from llamarl.curve import Curve
+from llamarl.limits import RejectHook
 from llamarl.weightsync.flat import FlatWeights
-from llamarl.weightsync.p2p import P2PWeightServer, RejectHook, StopCheck, fetch_p2p
+from llamarl.weightsync.p2p import P2PWeightServer, StopCheck, fetch_p2p
 from llamarl.weightsync.shm import ShmPublisher, fetch_shm
 
 

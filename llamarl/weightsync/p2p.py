@@ -26,6 +26,7 @@ import zmq
 
 from llamarl.curve import Curve
 from llamarl.errors import SyncError
+from llamarl.limits import RejectHook
 from llamarl.net import make_socket
 from llamarl.weightsync.flat import FlatWeights, verify
 
@@ -33,7 +34,6 @@ log = structlog.get_logger(__name__)
 POLL_MS = 100
 MAX_REQUEST_BYTES = 1024
 StopCheck = Callable[[], bool]
-RejectHook = Callable[[str, str], None]
 
 
 def pair_group(backend: str, store: dist.Store, rank: int, timeout_s: float) -> Any:

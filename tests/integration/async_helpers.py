@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,28 @@ def processes_mentioning(text: str) -> list[int]:
         if text in cmdline and state != "Z":
             found.append(int(entry.name))
     return found
+
+
+def metrics_records(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's per-step metrics so far (a line still being written is skipped)."""
+    path = run_dir / "metrics.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [json.loads(line) for line in lines if line.endswith("}")]
+
+
+def wait_for_steps(
+    run_dir: Path,
+    steps: int,
+    launcher: subprocess.Popen[str] | None = None,
+    timeout_s: float = 120,
+) -> list[dict[str, Any]]:
+    """The metrics once the run has recorded `steps` steps; fails if the launcher exits first."""
+    deadline = time.monotonic() + timeout_s
+    while len(records := metrics_records(run_dir)) < steps:
+        assert launcher is None or launcher.poll() is None, "run ended early"
+        assert time.monotonic() < deadline, f"run did not reach step {steps}"
+        time.sleep(0.1)
+    return records
 
 
 def trained_entries(run_dir: Path) -> list[dict[str, Any]]:

@@ -16,8 +16,10 @@ from llamarl.curve import generate_keys
 from tests.integration.async_helpers import (
     check_finished_run,
     launch,
+    metrics_records,
     processes_in,
     processes_mentioning,
+    wait_for_steps,
     write_config,
 )
 
@@ -55,17 +57,10 @@ def test_staleness_bound_and_balanced_ledger(
     assert len(syncs) == 2 and min(syncs) >= 2
 
 
-def _wait_for_training(run_dir: Path, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").read_text():
-        assert time.monotonic() < deadline, "training never started"
-        time.sleep(0.2)
-
-
 def test_sigint_leaves_no_child_behind(tmp_path: Path) -> None:
     config = write_config(tmp_path, "sigint", trainer={"num_steps": 100_000})
     proc = launch(config)
-    _wait_for_training(tmp_path / "sigint")
+    wait_for_steps(tmp_path / "sigint", 1)
     assert len(processes_mentioning(str(config))) >= 5  # launcher, trainer, 2 generators, reward
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
@@ -79,7 +74,7 @@ def test_child_crash_ends_the_run_naming_the_role(tmp_path: Path) -> None:
         tmp_path, "crash", trainer={"num_steps": 100_000}, workers={"max_restarts": 0}
     )
     proc = launch(config)
-    _wait_for_training(tmp_path / "crash")
+    wait_for_steps(tmp_path / "crash", 1)
     (victim,) = processes_mentioning("--worker-id generator-1")
     os.kill(victim, signal.SIGKILL)
     _, err = proc.communicate(timeout=60)
@@ -100,7 +95,7 @@ def test_killed_workers_are_restarted_and_nothing_is_lost(tmp_path: Path) -> Non
     )  # fmt: skip
     run_dir = tmp_path / "chaos"
     proc = launch(config)
-    _wait_for_training(run_dir)
+    wait_for_steps(run_dir, 1)
     rng = random.Random(7)
     kills = 0
     for victim in ["generator-0", "reward-0", "generator-1", "reward-0", "generator-0"]:
@@ -137,16 +132,13 @@ def test_stopped_run_resumes_with_nothing_lost(tmp_path: Path) -> None:
     )  # fmt: skip
     run_dir = tmp_path / "resume"
     proc = launch(config)
-    deadline = time.monotonic() + 120
-    while len(_lines(run_dir / "metrics.jsonl")) < 60:
-        assert proc.poll() is None and time.monotonic() < deadline, "run ended or stalled early"
-        time.sleep(0.1)
+    wait_for_steps(run_dir, 60, proc)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert f"llamarl run {config} --resume" in err
     assert processes_mentioning(str(config)) == []
-    stopped_at = len(_lines(run_dir / "metrics.jsonl"))
+    stopped_at = len(metrics_records(run_dir))
     assert stopped_at < steps
 
     proc = launch(config, "--resume")
@@ -154,7 +146,7 @@ def test_stopped_run_resumes_with_nothing_lost(tmp_path: Path) -> None:
     assert proc.returncode == 0, err[-3000:]
     summary = json.loads(out.strip().splitlines()[-1])
     check_finished_run(summary, run_dir, steps * 4, k=1)
-    records = [json.loads(line) for line in _lines(run_dir / "metrics.jsonl")]
+    records = metrics_records(run_dir)
     assert [r["step"] for r in records] == list(range(1, steps + 1))
     versions = [r["policy_version"] for r in records]
     assert versions == sorted(set(versions)), "versions must strictly increase"
@@ -163,7 +155,3 @@ def test_stopped_run_resumes_with_nothing_lost(tmp_path: Path) -> None:
     # so generators do not run ahead and waste work (without the offset a third was dropped).
     ledger = summary["ledger"]
     assert ledger["dropped_stale"] < 0.1 * ledger["trained"], ledger
-
-
-def _lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []

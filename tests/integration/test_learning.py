@@ -9,13 +9,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.async_helpers import check_finished_run, processes_mentioning
+from tests.integration.async_helpers import (
+    check_finished_run,
+    metrics_records,
+    processes_mentioning,
+    wait_for_steps,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = str(REPO / "configs" / "tiny.yaml")
@@ -75,12 +79,6 @@ def test_async_run_lifts_held_out_accuracy(async_summary: dict[str, Any]) -> Non
     assert summary["ledger"]["trained"] == 300 * 16
 
 
-def _metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
-    lines = path.read_text().splitlines() if path.exists() else []
-    return [json.loads(line) for line in lines if line.endswith("}")]
-
-
 @pytest.mark.slow
 def test_killed_trainer_resumes_from_its_checkpoint(
     tmp_path: Path, async_summary: dict[str, Any]
@@ -94,10 +92,7 @@ def test_killed_trainer_resumes_from_its_checkpoint(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "LLAMARL_RUN_DIR": str(run_dir), "LLAMARL__SYNC__TRANSPORT": "gloo"},
     )  # fmt: skip
-    deadline = time.monotonic() + 600
-    while len(records := _metrics(run_dir)) < 130:
-        assert proc.poll() is None and time.monotonic() < deadline, "run ended or stalled early"
-        time.sleep(0.1)
+    records = wait_for_steps(run_dir, 130, proc, timeout_s=600)
     (trainer,) = processes_mentioning("--worker-id trainer ")
     os.kill(trainer, signal.SIGKILL)
     versions_before_kill = max(r["policy_version"] for r in records) + 1
@@ -107,7 +102,7 @@ def test_killed_trainer_resumes_from_its_checkpoint(
     assert summary["restarts"] == {"trainer": 1}
     check_finished_run(summary, run_dir, 300 * 16, k=1)
     assert summary["ledger"]["reopened"] > 0, "steps after the checkpoint were trained again"
-    records = _metrics(run_dir)
+    records = metrics_records(run_dir)
     assert [r["step"] for r in records] == list(range(1, 301))
     resumed = [r for r in records if r["step"] > 120]
     assert min(r["policy_version"] for r in resumed) > versions_before_kill, "version reused"

@@ -16,18 +16,11 @@ from tests.integration.async_helpers import (
     launch,
     processes_in,
     processes_mentioning,
+    wait_for_steps,
     write_config,
 )
 
 STEPS = 500
-
-
-def _wait_for_steps(run_dir: Path, steps: int, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    metrics = run_dir / "metrics.jsonl"
-    while not metrics.exists() or len(metrics.read_text().splitlines()) < steps:
-        assert time.monotonic() < deadline, f"run did not reach step {steps}"
-        time.sleep(0.2)
 
 
 def _restart_redis(run_dir: Path) -> RedisServer:
@@ -67,9 +60,9 @@ def test_run_survives_redis_and_broker_restarts(tmp_path: Path) -> None:
     redis: RedisServer | None = None
     broker: subprocess.Popen[bytes] | None = None
     try:
-        _wait_for_steps(run_dir, 50)
+        wait_for_steps(run_dir, 50)
         redis = _restart_redis(run_dir)
-        _wait_for_steps(run_dir, 150)
+        wait_for_steps(run_dir, 150)
         broker = _restart_broker(run_dir)
         out, err = proc.communicate(timeout=300)
     finally:
