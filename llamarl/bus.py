@@ -37,6 +37,8 @@ class _Receiver:
         self.run_id = run_id
         self.max_message_bytes = max_message_bytes
         self.on_reject = on_reject
+        self.busy_s = 0.0
+        """Seconds spent taking messages off the socket and decoding them (not waiting)."""
 
     def _next_valid(self, timeout_ms: int) -> tuple[str, Envelope] | None:
         """The next valid message as (topic, envelope), skipping (and counting) rejected ones,
@@ -45,9 +47,11 @@ class _Receiver:
             if not self.sock.poll(timeout_ms):
                 self._idle()
                 return None
+            started = time.perf_counter()
             frames = self.sock.recv_multipart()
             self._received()
             envelope = self._decode(frames)
+            self.busy_s += time.perf_counter() - started
             if envelope is not None:
                 return frames[0].decode(), envelope
             timeout_ms = 0
@@ -161,6 +165,12 @@ class BusClient:
         self._pub: zmq.Socket | None = None
         self._push: zmq.Socket | None = None
         self._receivers: list[_Receiver] = []
+        self._send_s = 0.0
+
+    @property
+    def busy_s(self) -> float:
+        """Seconds this client spent encoding, sending, receiving and decoding (not waiting)."""
+        return self._send_s + sum(receiver.busy_s for receiver in self._receivers)
 
     def _envelope(self, payload: Any, policy_version: int) -> bytes:
         return encode(
@@ -175,7 +185,9 @@ class BusClient:
         if self._pub is None:
             self._pub = make_socket(self._ctx, zmq.PUB, self.hwm, self.curve)
             self._pub.connect(self.endpoints.pub_in)
+        started = time.perf_counter()
         self._pub.send_multipart([topic.encode(), self._envelope(payload, policy_version)])
+        self._send_s += time.perf_counter() - started
 
     def push(self, topic: str, payload: Any, policy_version: int, timeout_s: float = 60.0) -> None:
         if topic not in WORK_TOPICS:
@@ -183,10 +195,14 @@ class BusClient:
         if self._push is None:
             self._push = make_socket(self._ctx, zmq.PUSH, self.hwm, self.curve)
             self._push.connect(self.endpoints.work_in)
+        started = time.perf_counter()
         frames = [topic.encode(), self._envelope(payload, policy_version)]
+        self._send_s += time.perf_counter() - started
         if not self._push.poll(int(timeout_s * 1000), zmq.POLLOUT):
             raise TimeoutError(f"push to {topic} blocked for {timeout_s}s (broker backpressure)")
+        started = time.perf_counter()
         self._push.send_multipart(frames)
+        self._send_s += time.perf_counter() - started
 
     def subscribe(self, topics: Iterable[str]) -> Subscriber:
         sock = make_socket(self._ctx, zmq.SUB, self.hwm, self.curve)

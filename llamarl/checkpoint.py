@@ -9,6 +9,8 @@ Layout of one checkpoint, RUN_DIR/checkpoints/step-00000020/:
   buffer.msgpack   scored groups held but not yet trained, each a wire-protocol envelope
 It is written into a `.tmp` directory, fsynced, then renamed: a directory without the suffix is
 always complete. Only the newest `keep` checkpoints stay on disk. Nothing here unpickles.
+`take_snapshot` copies the state between two optimizer steps (memory only), so the writing can
+run on a background thread while training goes on.
 """
 
 from __future__ import annotations
@@ -41,6 +43,53 @@ class TrainerState:
     policy_version: int
     counters: dict[str, float] = field(default_factory=dict)
     buffer: list[ScoredGroup] = field(default_factory=list)
+
+
+@dataclass
+class Snapshot:
+    """Copies of everything a checkpoint holds, taken between two optimizer steps, so it can be
+    written on another thread while training goes on."""
+
+    policy: Policy
+    """Model (for its config) and tokenizer; the weights written are `model_state`."""
+    model_state: dict[str, torch.Tensor]
+    reference: Policy | None
+    optimizer_state: dict[str, Any]
+    torch_rng: torch.Tensor
+    python_rng: Any
+    state: TrainerState
+
+
+def clone_tensors(tree: Any, memo: dict[int, torch.Tensor] | None = None) -> Any:
+    """A deep copy of the tensors in nested dicts and lists; tensors that shared storage (tied
+    weights) share it in the copy too."""
+    memo = {} if memo is None else memo
+    if isinstance(tree, torch.Tensor):
+        key = tree.data_ptr()
+        if key not in memo:
+            memo[key] = tree.detach().clone()
+        return memo[key]
+    if isinstance(tree, dict):
+        return {k: clone_tensors(v, memo) for k, v in tree.items()}
+    if isinstance(tree, list | tuple):
+        return type(tree)(clone_tensors(v, memo) for v in tree)
+    return tree
+
+
+def take_snapshot(
+    policy: Policy, reference: Policy | None, optimizer: torch.optim.Optimizer, state: TrainerState
+) -> Snapshot:
+    """Copy the trainer's state (memory copies only; the slow part is `CheckpointStore.save`)."""
+    return Snapshot(
+        policy=policy,
+        model_state=clone_tensors(policy.model.state_dict()),
+        reference=reference,
+        optimizer_state=clone_tensors(optimizer.state_dict()),
+        torch_rng=torch.get_rng_state(),
+        python_rng=random.getstate(),
+        state=TrainerState(state.step, state.policy_version, dict(state.counters),
+                           list(state.buffer)),
+    )  # fmt: skip
 
 
 @dataclass
@@ -83,23 +132,19 @@ class CheckpointStore:
         found = self.complete()
         return found[-1] if found else None
 
-    def save(
-        self,
-        policy: Policy,
-        reference: Policy | None,
-        optimizer: torch.optim.Optimizer,
-        state: TrainerState,
-    ) -> Path:
+    def save(self, snapshot: Snapshot) -> Path:
+        """Write a snapshot (any thread), fsync it and rename it into place."""
+        state = snapshot.state
         target = self.root / f"{PREFIX}{state.step:08d}"
         temp = target.with_suffix(TMP)
         shutil.rmtree(temp, ignore_errors=True)
         temp.mkdir(parents=True)
-        save_policy(policy, temp / "model")
-        if reference is not None:
-            save_policy(reference, temp / "reference")
-        torch.save(optimizer.state_dict(), temp / "optimizer.pt")
-        torch.save(torch.get_rng_state(), temp / "rng.pt")
-        python_rng = random.getstate()
+        save_policy(snapshot.policy, temp / "model", snapshot.model_state)
+        if snapshot.reference is not None:
+            save_policy(snapshot.reference, temp / "reference")
+        torch.save(snapshot.optimizer_state, temp / "optimizer.pt")
+        torch.save(snapshot.torch_rng, temp / "rng.pt")
+        python_rng = snapshot.python_rng
         meta = {
             "run_id": self.run_id,
             "step": state.step,

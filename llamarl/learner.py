@@ -1,20 +1,60 @@
-"""One RL optimizer step on a collated batch: advantages, recomputed log-probs, loss, update.
+"""One RL optimizer step on a list of scored prompt groups: advantages, recomputed log-probs,
+loss, update.
 
-Shared by the sync mode and the async trainer, so both learn with identical code.
+Shared by the sync mode and the async trainer, so both learn with identical code. The forward
+pass computes each group's prompt once (`llamarl.engine.grouped`) in micro-batches of at most
+`trainer.micro_batch_tokens` tokens; each micro-batch's loss is its share of the whole batch's
+loss, so accumulating their gradients gives exactly the one-pass gradient. AdamW runs fused
+(one kernel over all parameters) where the torch build has it, else multi-tensor (foreach).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable, Sequence
 
 import torch
 
 from llamarl.algorithms.advantages import group_advantages
-from llamarl.algorithms.losses import policy_loss
+from llamarl.algorithms.losses import aggregate, token_terms
 from llamarl.config import AlgorithmConfig, TrainerConfig
+from llamarl.engine.grouped import MicroBatch, TrainGroup, grouped_logprobs, micro_batches, stack
 from llamarl.engine.model import Policy
-from llamarl.engine.sampling import token_logprobs
-from llamarl.rollouts import TrainBatch
+
+
+def make_optimizer(parameters: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.AdamW:
+    params = list(parameters)
+    try:
+        return torch.optim.AdamW(params, lr=lr, fused=True)
+    except RuntimeError:  # a build or device without the fused kernel
+        return torch.optim.AdamW(params, lr=lr, foreach=True)
+
+
+class _StepStats:
+    """Sums over micro-batches of what a step reports."""
+
+    def __init__(self) -> None:
+        self.loss = 0.0
+        self.kl = 0.0
+        self.entropy = 0.0
+        self.mismatch = 0.0
+        self.ratio_sum = 0.0
+        self.ratio_max: float | None = None
+        self.clipped = 0.0
+
+    def add(self, batch: MicroBatch, loss: float, kl: float, logp: torch.Tensor,
+            entropy: torch.Tensor, ratio: torch.Tensor, clipped: torch.Tensor) -> None:  # fmt: skip
+        real = batch.completion_mask.bool()
+        self.loss += loss
+        self.kl += kl
+        self.entropy += float(entropy.detach()[real].sum())
+        self.mismatch += float((batch.behaviour_logprobs - logp.detach())[real].sum())
+        ratios = ratio[real]
+        if ratios.numel():
+            self.ratio_sum += float(ratios.sum())
+            top = float(ratios.max())
+            self.ratio_max = top if self.ratio_max is None else max(self.ratio_max, top)
+        self.clipped += float(clipped[real].sum())
 
 
 class Learner:
@@ -25,55 +65,60 @@ class Learner:
         trainer: TrainerConfig,
         temperature: float,
         reference: Policy | None = None,
+        min_new_tokens: int = 0,
     ) -> None:
         self.policy = policy
         self.algorithm = algorithm
         self.trainer = trainer
         self.temperature = temperature
-        self.optimizer = torch.optim.AdamW(policy.model.parameters(), lr=trainer.lr)
+        self.min_new_tokens = min_new_tokens
+        self.optimizer = make_optimizer(policy.model.parameters(), trainer.lr)
         if algorithm.kl_coef > 0 and reference is None:
             reference = copy.deepcopy(policy)
         self.reference = reference if algorithm.kl_coef > 0 else None
 
-    def step(self, batch: TrainBatch) -> dict[str, float]:
+    def _logprobs(self, policy: Policy, batch: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        return grouped_logprobs(policy, batch, self.temperature, self.min_new_tokens)
+
+    def step(self, groups: Sequence[TrainGroup]) -> dict[str, float]:
         algorithm = self.algorithm
-        advantages = group_advantages(batch.rewards, algorithm.advantage).flatten()
-        args = (batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
-        logp, entropy = token_logprobs(self.policy, *args, temperature=self.temperature)
-        ref_logp = None
-        if self.reference is not None:
-            with torch.no_grad():
-                ref_logp, _ = token_logprobs(self.reference, *args, temperature=self.temperature)
-        mask = batch.completion_mask
-        out = policy_loss(
-            algorithm.loss,
-            logp,
-            batch.behaviour_logprobs,
-            advantages,
-            mask,
-            rho=algorithm.rho,
-            clip_eps=algorithm.clip_eps,
-            aggregation=algorithm.aggregation,
-            ref_logp=ref_logp,
-            kl_coef=algorithm.kl_coef,
-        )
+        rewards = torch.stack([g.rewards for g in groups])
+        advantages = group_advantages(rewards, algorithm.advantage)
+        num_tokens = float(sum(float(g.completion_mask.sum()) for g in groups))
+        num_rows = sum(int(g.completion_ids.shape[0]) for g in groups)
+        stats = _StepStats()
         self.optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
+        for members in micro_batches(groups, self.trainer.micro_batch_tokens):
+            batch = stack([groups[i] for i in members])
+            logp, entropy = self._logprobs(self.policy, batch)
+            ref_logp = None
+            if self.reference is not None:
+                with torch.no_grad():
+                    ref_logp, _ = self._logprobs(self.reference, batch)
+            terms = token_terms(
+                algorithm.loss, logp, batch.behaviour_logprobs, advantages[members].flatten(),
+                rho=algorithm.rho, clip_eps=algorithm.clip_eps, ref_logp=ref_logp,
+                kl_coef=algorithm.kl_coef,
+            )  # fmt: skip
+            share = (batch.completion_mask, algorithm.aggregation, num_tokens, num_rows)
+            loss = aggregate(terms.per_token, *share)
+            loss.backward()
+            kl = 0.0 if terms.kl is None else float(aggregate(terms.kl.detach(), *share))
+            stats.add(batch, float(loss.detach()), kl, logp, entropy, terms.ratio, terms.clipped)
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.policy.model.parameters(), self.trainer.max_grad_norm
         )
         self.optimizer.step()
-        num_tokens = mask.sum().clamp(min=1)
-        mismatch = ((batch.behaviour_logprobs - logp.detach()) * mask).sum() / num_tokens
+        tokens = max(num_tokens, 1.0)
         return {
-            "loss": float(out.loss.detach()),
-            "reward_mean": float(batch.rewards.mean()),
-            "entropy": float(entropy.detach().sum() / num_tokens),
-            "ratio_mean": out.ratio_mean,
-            "ratio_max": out.ratio_max,
-            "clipped_fraction": out.clipped_fraction,
-            "mismatch_kl": float(mismatch),
-            "kl_ref": out.kl_ref,
+            "loss": stats.loss,
+            "reward_mean": float(rewards.mean()),
+            "entropy": stats.entropy / tokens,
+            "ratio_mean": stats.ratio_sum / tokens if num_tokens else 1.0,
+            "ratio_max": 1.0 if stats.ratio_max is None else stats.ratio_max,
+            "clipped_fraction": stats.clipped / tokens,
+            "mismatch_kl": stats.mismatch / tokens,
+            "kl_ref": stats.kl,
             "grad_norm": float(grad_norm),
-            "num_tokens": float(num_tokens),
+            "num_tokens": num_tokens,
         }

@@ -16,73 +16,96 @@ redis.call('HSET', KEYS[2], unpack(ARGV, 2))
 return 1
 """
 
-CLAIM_TICKET = """
+CLAIM_TICKETS = """
 -- KEYS: policy_version, ledger, tickets, attempts, leases, lease_owner, version_offset
--- ARGV: worker_id, lease_ms, max_staleness, prompts_per_step, total_tickets (0 = unbounded)
--- Returns {ticket_id, attempt, reissued} or false when the gate is closed. The gate counts
--- trained versions: policy_version less version_offset, the numbers a resumed trainer skipped.
+-- ARGV: worker_id, lease_ms, max_staleness, prompts_per_step, total_tickets (0 = unbounded),
+--       count, loaded_version (-1: the latest published)
+-- Returns up to `count` tickets {ticket_id, attempt, reissued}: expired leases to redo first,
+-- then new tickets while the staleness gate is open. The gate counts the version the caller
+-- has loaded (never above the published one), less version_offset (numbers a resumed trainer
+-- skipped), so a generator never claims work its weights are too old for.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease_ms = tonumber(ARGV[2])
-local expired = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 1)
-if #expired > 0 then
-  local id = expired[1]
+local count = tonumber(ARGV[6])
+local out = {}
+local expired = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, count)
+for _, id in ipairs(expired) do
   local attempt = redis.call('HINCRBY', KEYS[4], id, 1)
   redis.call('ZADD', KEYS[5], now + lease_ms, id)
   redis.call('HSET', KEYS[6], id, ARGV[1])
   redis.call('HINCRBY', KEYS[2], 'reissued', 1)
-  return {tonumber(id), attempt, 1}
+  out[#out + 1] = {tonumber(id), attempt, 1}
 end
-local offset = tonumber(redis.call('GET', KEYS[7]) or '0')
-local version = math.max(tonumber(redis.call('GET', KEYS[1]) or '0') - offset, 0)
+local version = tonumber(redis.call('GET', KEYS[1]) or '0')
+local loaded = tonumber(ARGV[7])
+if loaded >= 0 and loaded < version then version = loaded end
+version = math.max(version - tonumber(redis.call('GET', KEYS[7]) or '0'), 0)
 local issued = tonumber(redis.call('HGET', KEYS[2], 'issued') or '0')
 local dropped = tonumber(redis.call('HGET', KEYS[2], 'dropped_stale') or '0')
-local live = issued - dropped
 local bound = (version + tonumber(ARGV[3]) + 1) * tonumber(ARGV[4])
 local total = tonumber(ARGV[5])
-if live >= bound or (total > 0 and live >= total) then
-  return false
+while #out < count do
+  local live = issued - dropped
+  if live >= bound or (total > 0 and live >= total) then break end
+  redis.call('HINCRBY', KEYS[2], 'issued', 1)
+  redis.call('HSET', KEYS[3], issued, 'open')
+  redis.call('HSET', KEYS[4], issued, 0)
+  redis.call('ZADD', KEYS[5], now + lease_ms, issued)
+  redis.call('HSET', KEYS[6], issued, ARGV[1])
+  out[#out + 1] = {issued, 0, 0}
+  issued = issued + 1
 end
-redis.call('HINCRBY', KEYS[2], 'issued', 1)
-redis.call('HSET', KEYS[3], issued, 'open')
-redis.call('HSET', KEYS[4], issued, 0)
-redis.call('ZADD', KEYS[5], now + lease_ms, issued)
-redis.call('HSET', KEYS[6], issued, ARGV[1])
-return {issued, 0, 0}
+return out
 """
 
-RENEW_LEASE = """
--- KEYS: tickets, attempts, leases. ARGV: ticket_id, attempt, lease_ms
-if redis.call('HGET', KEYS[1], ARGV[1]) ~= 'open' then return 0 end
-if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then return 0 end
-if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then return 0 end
+RENEW_LEASES = """
+-- KEYS: tickets, attempts, leases. ARGV: lease_ms, then ticket_id, attempt pairs.
+-- Returns 1 per pair whose lease this attempt still holds (now renewed), else 0.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
-return 1
+local out = {}
+for i = 2, #ARGV, 2 do
+  local id, attempt = ARGV[i], ARGV[i + 1]
+  local held = redis.call('HGET', KEYS[1], id) == 'open'
+    and redis.call('HGET', KEYS[2], id) == attempt
+    and redis.call('ZSCORE', KEYS[3], id)
+  if held then
+    redis.call('ZADD', KEYS[3], now + tonumber(ARGV[1]), id)
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
 """
 
-FINISH_TICKET = """
--- KEYS: tickets, leases, lease_owner, ledger, ticket_floor. ARGV: ticket_id, outcome
--- Returns 1 when this call ended the ticket, 0 when it had already ended (also when compacted
--- away below the floor), -1 when it was never issued.
-local state = redis.call('HGET', KEYS[1], ARGV[1])
-if not state then
-  if tonumber(ARGV[1]) < tonumber(redis.call('GET', KEYS[5]) or '0') then
-    redis.call('HINCRBY', KEYS[4], 'duplicate', 1)
-    return 0
+END_TICKETS = """
+-- KEYS: tickets, leases, lease_owner, ledger, ticket_floor. ARGV: ticket_id, outcome pairs.
+-- Per pair: 1 when this call ended the ticket, 0 when it had already ended (also when compacted
+-- away below the floor; counted as duplicate). A ticket never issued is an error, raised before
+-- anything changes.
+local floor = tonumber(redis.call('GET', KEYS[5]) or '0')
+for i = 1, #ARGV, 2 do
+  if not redis.call('HGET', KEYS[1], ARGV[i]) and tonumber(ARGV[i]) >= floor then
+    return redis.error_reply('unknown ticket ' .. ARGV[i])
   end
-  return -1
 end
-if state ~= 'open' then
-  redis.call('HINCRBY', KEYS[4], 'duplicate', 1)
-  return 0
+local out = {}
+for i = 1, #ARGV, 2 do
+  local id, outcome = ARGV[i], ARGV[i + 1]
+  if redis.call('HGET', KEYS[1], id) ~= 'open' then
+    redis.call('HINCRBY', KEYS[4], 'duplicate', 1)
+    out[#out + 1] = 0
+  else
+    redis.call('HSET', KEYS[1], id, outcome)
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('HDEL', KEYS[3], id)
+    redis.call('HINCRBY', KEYS[4], outcome, 1)
+    out[#out + 1] = 1
+  end
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('HINCRBY', KEYS[4], ARGV[2], 1)
-return 1
+return out
 """
 
 REOPEN_TICKET = """
@@ -108,10 +131,11 @@ return 1
 """
 
 COMPACT_TICKETS = """
--- KEYS: tickets, attempts, ledger, ticket_floor
+-- KEYS: tickets, attempts, ledger, ticket_floor. ARGV: limit
 -- Deletes the per-ticket entries of every ticket below the lowest one still open (or not yet
--- issued) and records that floor; the ledger keeps the counts. Returns the new floor.
-local low = tonumber(redis.call('HGET', KEYS[3], 'issued') or '0')
+-- issued), and below `limit`, and records that floor; the ledger keeps the counts. Returns the
+-- new floor.
+local low = math.min(tonumber(redis.call('HGET', KEYS[3], 'issued') or '0'), tonumber(ARGV[1]))
 local entries = redis.call('HGETALL', KEYS[1])
 for i = 1, #entries, 2 do
   if entries[i + 1] == 'open' then

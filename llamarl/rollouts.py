@@ -1,5 +1,5 @@
 """Moving rollouts between tensors and messages: pack samples into RolloutGroup messages, score
-them into ScoredGroup messages, and collate scored groups back into one padded training batch.
+them into ScoredGroup messages, and turn scored groups back into the learner's tensors.
 
 The sync mode uses exactly these functions too, so it exercises the same path as the workers.
 """
@@ -7,31 +7,16 @@ The sync mode uses exactly these functions too, so it exercises the same path as
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from llamarl.engine.grouped import TrainGroup
 from llamarl.engine.model import Policy
-from llamarl.engine.sampling import SampleBatch, left_pad
+from llamarl.engine.sampling import SampleBatch
 from llamarl.protocol import RolloutGroup, ScoredGroup, TypedArray
 from llamarl.rewards.verifiers import Verifier
 from llamarl.tasks import Example
-
-
-@dataclass(frozen=True)
-class TrainBatch:
-    """G groups of n completions, flattened to B = G * n rows."""
-
-    prompt_ids: torch.Tensor
-    prompt_mask: torch.Tensor
-    completion_ids: torch.Tensor
-    completion_mask: torch.Tensor
-    behaviour_logprobs: torch.Tensor
-    rewards: torch.Tensor
-    """(G, n)."""
-    token_versions: torch.Tensor
-    """(B, L) policy version of each token (-1 on padding)."""
 
 
 def completion_texts(policy: Policy, batch: SampleBatch) -> list[str]:
@@ -94,35 +79,17 @@ def oldest_version(group: RolloutGroup) -> int:
     return int(real.min()) if real.size else -1
 
 
-def collate(scored: Sequence[ScoredGroup], pad_id: int) -> TrainBatch:
-    """Re-pad groups of different prompt and completion lengths into one batch."""
-    prompts: list[list[int]] = []
-    completions: list[np.ndarray] = []
-    lengths: list[np.ndarray] = []
-    logps: list[np.ndarray] = []
-    versions: list[np.ndarray] = []
-    for item in scored:
-        group = item.group
-        tokens = group.completion_tokens.to_numpy()
-        prompts += [group.prompt_tokens.to_numpy().tolist()] * tokens.shape[0]
-        completions += list(tokens)
-        lengths += list(group.completion_lengths.to_numpy())
-        logps += list(group.behaviour_logprobs.to_numpy())
-        versions += list(group.token_versions.to_numpy())
-    prompt_ids, prompt_mask = left_pad(prompts, pad_id)
-    width = max(len(row) for row in completions)
-    rows = len(completions)
-    completion_ids = torch.full((rows, width), pad_id, dtype=torch.long)
-    completion_mask = torch.zeros((rows, width), dtype=torch.long)
-    behaviour = torch.zeros((rows, width))
-    token_versions = torch.full((rows, width), -1, dtype=torch.long)
-    for i in range(rows):
-        length = int(lengths[i])
-        completion_ids[i, :length] = torch.from_numpy(completions[i][:length].astype(np.int64))
-        completion_mask[i, :length] = 1
-        behaviour[i, :length] = torch.from_numpy(logps[i][:length].copy())
-        token_versions[i, :length] = torch.from_numpy(versions[i][:length].astype(np.int64))
-    rewards = torch.stack([torch.from_numpy(item.rewards.to_numpy().copy()) for item in scored])
-    return TrainBatch(
-        prompt_ids, prompt_mask, completion_ids, completion_mask, behaviour, rewards, token_versions
+def train_group(scored: ScoredGroup) -> TrainGroup:
+    """The tensors the learner needs from one scored group (prompt kept unpadded)."""
+    group = scored.group
+    tokens = torch.from_numpy(group.completion_tokens.to_numpy().astype(np.int64))
+    lengths = torch.from_numpy(group.completion_lengths.to_numpy().astype(np.int64))
+    mask = (torch.arange(tokens.shape[1])[None, :] < lengths[:, None]).long()
+    behaviour = torch.from_numpy(group.behaviour_logprobs.to_numpy().copy())
+    return TrainGroup(
+        prompt_ids=torch.from_numpy(group.prompt_tokens.to_numpy().astype(np.int64)),
+        completion_ids=torch.where(mask.bool(), tokens, 0),
+        completion_mask=mask,
+        behaviour_logprobs=torch.where(mask.bool(), behaviour, 0.0),
+        rewards=torch.from_numpy(scored.rewards.to_numpy().copy()),
     )

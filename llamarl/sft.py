@@ -16,8 +16,9 @@ def sft_batch(policy: Policy, prompt_set: PromptSet, indices: range) -> dict[str
     rows, labels = [], []
     for index in indices:
         example = prompt_set.train_item(index)
-        prompt = policy.tokenizer(example.prompt).input_ids
-        answer = policy.tokenizer(example.answer).input_ids + [policy.eos_id]
+        prompt = policy.encode_prompt(example.prompt)
+        answer = policy.tokenizer(example.target, add_special_tokens=False).input_ids
+        answer = answer + [policy.eos_id]
         rows.append(prompt + answer)
         labels.append([-100] * len(prompt) + answer)
     width = max(len(r) for r in rows)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -49,6 +49,15 @@ class Ticket:
 
 
 @dataclass(frozen=True)
+class WorkerBeat:
+    """A worker's liveness and status fields, written to its registry hash with a TTL."""
+
+    worker_id: str
+    ttl_s: float
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class WorkerInfo:
     worker_id: str
     alive: bool
@@ -67,9 +76,9 @@ class VersionStore:
             url, decode_responses=True, socket_timeout=10, socket_connect_timeout=5
         )
         self._publish = self.client.register_script(lua.PUBLISH_VERSION)
-        self._claim = self.client.register_script(lua.CLAIM_TICKET)
-        self._renew = self.client.register_script(lua.RENEW_LEASE)
-        self._finish = self.client.register_script(lua.FINISH_TICKET)
+        self._claim = self.client.register_script(lua.CLAIM_TICKETS)
+        self._renew = self.client.register_script(lua.RENEW_LEASES)
+        self._end = self.client.register_script(lua.END_TICKETS)
         self._reopen = self.client.register_script(lua.REOPEN_TICKET)
         self._compact = self.client.register_script(lua.COMPACT_TICKETS)
 
@@ -131,47 +140,67 @@ class VersionStore:
         return self._call("version meta", lambda: self.client.hgetall(self.key("version")))
 
     # -- admission gate, leases, ledger ---------------------------------------------------
-    def claim_ticket(
+    def claim_tickets(
         self,
         worker_id: str,
+        count: int,
         *,
         lease_s: float,
         max_staleness: int,
         prompts_per_step: int,
         total_tickets: int = 0,
-    ) -> Ticket | None:
-        """An expired ticket to redo, else a new one if the staleness gate is open, else None."""
+        policy_version: int | None = None,
+    ) -> list[Ticket]:
+        """Up to `count` tickets in one round trip: expired ones to redo first, then new ones while
+        the staleness gate is open for `policy_version`, the version the caller has loaded
+        (None: the latest published)."""
         names = ("policy_version", "ledger", "tickets", "attempts", "leases", "lease_owner")
         keys = [self.key(n) for n in (*names, "version_offset")]
-        args: list[Any] = [
-            worker_id,
-            int(lease_s * 1000),
-            max_staleness,
-            prompts_per_step,
-            total_tickets,
-        ]
-        got = self._call("claim ticket", lambda: self._claim(keys=keys, args=args))
-        if not got:
-            return None
-        return Ticket(ticket_id=int(got[0]), attempt=int(got[1]), reissued=bool(got[2]))
+        loaded = -1 if policy_version is None else policy_version
+        args: list[Any] = [worker_id, int(lease_s * 1000), max_staleness, prompts_per_step,
+                           total_tickets, count, loaded]  # fmt: skip
+        got = self._call("claim tickets", lambda: self._claim(keys=keys, args=args))
+        return [Ticket(int(t), int(attempt), bool(again)) for t, attempt, again in got]
 
-    def renew_lease(self, ticket: Ticket, lease_s: float) -> bool:
-        """Extend a lease still held by this attempt; False when it was lost or finished."""
+    def renew_leases(self, tickets: Sequence[Ticket], lease_s: float) -> list[bool]:
+        """Extend the leases these attempts still hold, in one round trip; False for each one that
+        was lost (reissued to another worker) or whose ticket has ended."""
+        if not tickets:
+            return []
         keys = [self.key("tickets"), self.key("attempts"), self.key("leases")]
-        args = [ticket.ticket_id, ticket.attempt, int(lease_s * 1000)]
-        return bool(self._call("renew lease", lambda: self._renew(keys=keys, args=args)))
+        args: list[Any] = [int(lease_s * 1000)]
+        for ticket in tickets:
+            args += [ticket.ticket_id, ticket.attempt]
+        got = self._call("renew leases", lambda: self._renew(keys=keys, args=args))
+        return [bool(held) for held in got]
 
-    def finish_ticket(self, ticket_id: int, outcome: str) -> bool:
-        """End a ticket exactly once; False (counted as duplicate) if it had already ended."""
-        if outcome not in OUTCOMES:
-            raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
+    def end_tickets(
+        self, outcomes: Sequence[tuple[int, str]], heartbeat: WorkerBeat | None = None
+    ) -> list[bool]:
+        """End tickets (`trained` or `dropped_stale`) exactly once each and, in the same round
+        trip, write the caller's heartbeat. False for a ticket that had already ended (counted
+        as duplicate); KeyError, before anything changes, for one that was never issued."""
+        args: list[Any] = []
+        for ticket_id, outcome in outcomes:
+            if outcome not in OUTCOMES:
+                raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
+            args += [ticket_id, outcome]
         keys = [self.key(n) for n in ("tickets", "leases", "lease_owner", "ledger", "ticket_floor")]
-        result = self._call(
-            "finish ticket", lambda: self._finish(keys=keys, args=[ticket_id, outcome])
-        )
-        if result == -1:
-            raise KeyError(f"ticket {ticket_id} was never issued")
-        return result == 1
+
+        def write() -> list[int]:
+            pipe = self.client.pipeline(transaction=False)
+            if args:
+                self._end(keys=keys, args=args, client=pipe)
+            if heartbeat is not None:
+                self._heartbeat_commands(pipe, heartbeat)
+            replies = pipe.execute(raise_on_error=False)
+            if args and isinstance(replies[0], redis.ResponseError):
+                if "unknown ticket" not in str(replies[0]):
+                    raise replies[0]
+                raise KeyError(f"{str(replies[0]).split('unknown ')[-1]} was never issued")
+            return list(replies[0]) if args else []
+
+        return [result == 1 for result in self._call("end tickets", write)]
 
     def reopen_ticket(self, ticket_id: int, *, requeue: bool) -> bool:
         """Undo `trained` for a ticket whose update a trainer crash lost (see lua.REOPEN_TICKET)."""
@@ -179,11 +208,23 @@ class VersionStore:
         args = [ticket_id, int(requeue)]
         return bool(self._call("reopen ticket", lambda: self._reopen(keys=keys, args=args)))
 
-    def compact_tickets(self) -> int:
-        """Drop the entries of tickets below the lowest open one; returns that floor. Safe once
-        nothing below it can be reopened: the trainer calls it right after a checkpoint."""
+    def compact_tickets(self, limit: int) -> int:
+        """Drop the entries of tickets below the lowest open one and below `limit`; returns the
+        new floor. Safe below the tickets a checkpoint holds: nothing there can be reopened."""
         keys = [self.key(n) for n in ("tickets", "attempts", "ledger", "ticket_floor")]
-        return int(self._call("compact tickets", lambda: self._compact(keys=keys)))
+        return int(self._call("compact tickets", lambda: self._compact(keys=keys, args=[limit])))
+
+    def ended_tickets(self) -> tuple[int, set[int]]:
+        """(floor, ids at or above it that have ended): every ticket below the floor has ended."""
+
+        def read() -> tuple[int, set[int]]:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.get(self.key("ticket_floor"))
+            pipe.hgetall(self.key("tickets"))
+            floor, states = pipe.execute()
+            return int(floor or 0), {int(i) for i, state in states.items() if state != "open"}
+
+        return self._call("ended tickets", read)
 
     def ledger(self) -> dict[str, int]:
         raw = self._call("ledger", lambda: self.client.hgetall(self.key("ledger")))
@@ -221,16 +262,18 @@ class VersionStore:
         self._call("register worker", write)
 
     def heartbeat(self, worker_id: str, ttl_s: float, **fields: Any) -> None:
-        key = self.key(f"worker:{worker_id}")
-
         def write() -> None:
             pipe = self.client.pipeline()
-            pipe.hset(key, mapping={"last_seen": time.time(), **fields})
-            pipe.pexpire(key, int(ttl_s * 1000))
-            pipe.sadd(self.key("workers"), worker_id)
+            self._heartbeat_commands(pipe, WorkerBeat(worker_id, ttl_s, fields))
             pipe.execute()
 
         self._call("heartbeat", write)
+
+    def _heartbeat_commands(self, pipe: Any, beat: WorkerBeat) -> None:
+        key = self.key(f"worker:{beat.worker_id}")
+        pipe.hset(key, mapping={"last_seen": time.time(), **beat.fields})
+        pipe.pexpire(key, int(beat.ttl_s * 1000))
+        pipe.sadd(self.key("workers"), beat.worker_id)
 
     def workers(self) -> list[WorkerInfo]:
         """Every registered worker; `alive` is False once its heartbeat key has expired."""

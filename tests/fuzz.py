@@ -120,7 +120,7 @@ def bad_subscriptions(count: int, seed: int = 0) -> Iterator[list[bytes]]:
 
 
 def bad_sync_requests(count: int, seed: int = 0) -> Iterator[list[bytes]]:
-    """Requests to the trainer's weight server that are not [b"", msgpack {"worker_id": str}]."""
+    """Requests to the trainer's weight server that are not [b"", msgpack {"worker_id": str, "group": str}]."""
     rng = random.Random(seed)
     for index in range(count):
         kind = index % 4

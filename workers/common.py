@@ -30,7 +30,7 @@ from llamarl.limits import Rejections
 from llamarl.log import configure_logging
 from llamarl.net import BrokerEndpoints
 from llamarl.topics import CONTROL
-from llamarl.version_store import VersionStore
+from llamarl.version_store import VersionStore, WorkerBeat
 
 log = structlog.get_logger(__name__)
 
@@ -69,8 +69,9 @@ class WorkerContext:
         self.stopping = False
         self.timer = BusyTimer()
         self.counters: dict[str, float] = {}
-        threads = config.workers.trainer_threads if role == "trainer" else None
-        torch.set_num_threads(threads or config.workers.torch_threads)
+        threads = {"trainer": config.workers.trainer_threads,
+                   "generator": config.workers.generator_threads}.get(role)  # fmt: skip
+        torch.set_num_threads(threads or 1)
         self.curve = load_curve(config.broker.curve_keys)
         self.store = VersionStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
         self.rejections = Rejections(
@@ -78,20 +79,26 @@ class WorkerContext:
             lambda reason, count: self.store.count_rejected(role, reason, count),
             log_interval_s=config.broker.reject_log_interval_s,
         )
-        self.bus = BusClient(
-            BrokerEndpoints(config.broker.host, config.broker.port),
-            run_id=config.run_id,
-            sender=worker_id,
-            hwm=config.broker.hwm,
-            max_message_bytes=config.broker.max_message_bytes,
-            on_reject=self.rejections.record,
-            curve=self.curve,
-        )
+        self.bus = self.connect_bus()
         self.control: Subscriber = self.bus.subscribe([CONTROL])
         self._last_beat = 0.0
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         self.store.register_worker(worker_id, role, config.workers.heartbeat_ttl_s)
+
+    def connect_bus(self) -> BusClient:
+        """A bus client of this worker; one per thread (ZeroMQ sockets are not thread-safe)."""
+        config = self.config
+        assert config.broker.port is not None
+        return BusClient(
+            BrokerEndpoints(config.broker.host, config.broker.port),
+            run_id=config.run_id,
+            sender=self.worker_id,
+            hwm=config.broker.hwm,
+            max_message_bytes=config.broker.max_message_bytes,
+            on_reject=self.rejections.record,
+            curve=self.curve,
+        )
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
@@ -116,14 +123,25 @@ class WorkerContext:
         if self.role != "trainer" and self.store.run_status() == "finished":
             # Also reaches a worker that joined after the stop message was published.
             self.stopping = True
+        self.store.heartbeat(self.worker_id, self.config.workers.heartbeat_ttl_s,
+                             **self._beat_fields(status))  # fmt: skip
+
+    def step_beat(self, **status: Any) -> WorkerBeat:
+        """A heartbeat for the caller to write in its own Redis round trip (the trainer's one
+        per step); the rate-limited `beat()` then has nothing to write for a while."""
+        self._last_beat = time.monotonic()
+        ttl_s = self.config.workers.heartbeat_ttl_s
+        return WorkerBeat(self.worker_id, ttl_s, self._beat_fields(status))
+
+    def _beat_fields(self, status: dict[str, Any]) -> dict[str, Any]:
         fields = {"role": self.role, "status": "running", "busy_s": round(self.timer.busy_s, 3)}
-        fields |= {"idle_s": round(self.timer.idle_s, 3), **self.counters, **status}
-        self.store.heartbeat(self.worker_id, self.config.workers.heartbeat_ttl_s, **fields)
+        return fields | {"idle_s": round(self.timer.idle_s, 3), **self.counters, **status}
 
     def write_timers(self) -> None:
         directory = Path(self.config.run_dir) / "timers"
         directory.mkdir(parents=True, exist_ok=True)
-        record = {"role": self.role, "busy_s": self.timer.busy_s, "idle_s": self.timer.idle_s}
+        record = {"role": self.role, "busy_s": self.timer.busy_s, "idle_s": self.timer.idle_s,
+                  "bus_s": self.bus.busy_s}  # fmt: skip
         (directory / f"{self.worker_id}.json").write_text(json.dumps(record | self.counters))
 
     def close(self) -> None:

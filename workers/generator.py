@@ -1,15 +1,16 @@
-"""`llamarl worker generator`: claim prompt tickets, sample with the current policy version,
+"""`llamarl worker generator`: claim prompt tickets, sample with the loaded policy version,
 publish rollout groups.
 
-Before each batch it pulls any newer version announced in Redis (verified before the swap; a
-failed pull keeps the old weights and is retried). It claims tickets through the Redis staleness
-gate, so it never runs more than `max_staleness` versions ahead of the trainer, and tags every
-token with the version that produced it.
+It learns of new versions from the trainer's announcements on the `versions` topic (Redis is
+the fallback, for an announcement a subscriber missed) and pulls each one on the weight-sync
+channel, verified before the swap; a failed pull keeps the old weights and is retried. Tickets
+are claimed through the Redis staleness gate for the version it has actually loaded, so it never
+samples work that its weights are too old for; when the gate is closed it waits on the next
+announcement instead of polling. Every token is tagged with the version that produced it.
 """
 
 from __future__ import annotations
 
-import time
 import zlib
 
 import structlog
@@ -18,16 +19,29 @@ import torch
 from llamarl.engine.model import make_policy
 from llamarl.engine.sampling import sample
 from llamarl.errors import SyncError
+from llamarl.protocol import VersionAnnouncement
 from llamarl.rollouts import pack_groups
 from llamarl.tasks import make_prompt_set
-from llamarl.topics import ROLLOUTS
+from llamarl.topics import ROLLOUTS, VERSIONS
 from llamarl.version_store import Ticket
-from llamarl.weightsync.channel import fetch_weights
+from llamarl.weightsync.channel import WeightReceiver
 from llamarl.weightsync.flat import load_flat
 from workers.common import WorkerContext, run_worker
 
 log = structlog.get_logger(__name__)
-IDLE_SLEEP_S = 0.02
+WAIT_MS = 500
+"""Longest wait for an announcement before Redis is asked (and the heartbeat written)."""
+
+
+def announcement_meta(announcement: VersionAnnouncement) -> dict[str, str]:
+    """An announcement in the form the trainer stores it in Redis."""
+    return {
+        "policy_version": str(announcement.policy_version),
+        "num_bytes": str(announcement.num_bytes),
+        "checksum": announcement.checksum,
+        "transport": announcement.transport,
+        "endpoint": announcement.endpoint,
+    }
 
 
 class Generator:
@@ -43,85 +57,97 @@ class Generator:
         steps = config.trainer.num_steps
         self.prompts_per_version = config.trainer.prompts_per_step * config.sync.every_steps
         self.total_tickets = steps * config.trainer.prompts_per_step
+        self.versions = ctx.bus.subscribe([VERSIONS])
+        self.receiver = WeightReceiver(ctx.worker_id, config.sync.timeout_s, ctx.curve)
 
-    def sync_weights(self) -> None:
-        """Swap in the latest announced version if it is newer than ours."""
-        announced = self.ctx.store.policy_version()
-        if announced <= self.policy_version:
-            return
-        meta = self.ctx.store.version_meta()
+    def _count(self, name: str, amount: int = 1) -> None:
+        self.ctx.counters[name] = self.ctx.counters.get(name, 0) + amount
+
+    def newest_announced(self, wait_ms: int) -> dict[str, str] | None:
+        """The newest version announced above ours, waiting up to `wait_ms` for one; after a
+        wait with nothing heard, Redis is asked (a PUB/SUB message can be missed)."""
+        newest: dict[str, str] | None = None
+        timeout = wait_ms
+        while (message := self.versions.recv(timeout)) is not None:
+            announcement = message[1].payload
+            if announcement.policy_version > max(self.policy_version, -1) and (
+                newest is None or announcement.policy_version > int(newest["policy_version"])
+            ):
+                newest = announcement_meta(announcement)
+            timeout = 0
+        if newest is None and wait_ms > 0 and self.ctx.store.policy_version() > self.policy_version:
+            newest = self.ctx.store.version_meta()
+        return newest
+
+    def sync_weights(self, meta: dict[str, str]) -> None:
+        """Pull the version `meta` describes and swap it in; keep ours if the pull fails."""
         try:
-            version, buffer = fetch_weights(
-                meta,
-                self.ctx.worker_id,
-                self.ctx.config.sync.timeout_s,
-                self.ctx.stop_requested,
-                self.ctx.curve,
-            )
+            version, buffer = self.receiver.fetch(meta, self.ctx.stop_requested)
         except SyncError as err:
-            self.ctx.counters["sync_failures"] = self.ctx.counters.get("sync_failures", 0) + 1
+            self._count("sync_failures")
             log.warning("weight sync failed; keeping current weights", error=str(err))
             return
         if version > self.policy_version:
             load_flat(self.policy.model, buffer)
             self.policy_version = version
             structlog.contextvars.bind_contextvars(policy_version=version)
-            self.ctx.counters["syncs"] = self.ctx.counters.get("syncs", 0) + 1
+            self._count("syncs")
 
     def claim(self) -> list[Ticket]:
         config = self.ctx.config
-        tickets = []
-        for _ in range(config.generation.prompts_per_batch):
-            ticket = self.ctx.store.claim_ticket(
-                self.ctx.worker_id,
-                lease_s=config.staleness.lease_s,
-                max_staleness=config.staleness.max_staleness,
-                prompts_per_step=self.prompts_per_version,
-                total_tickets=self.total_tickets,
-            )
-            if ticket is None:
-                break
-            tickets.append(ticket)
-        return tickets
+        return self.ctx.store.claim_tickets(
+            self.ctx.worker_id,
+            config.generation.prompts_per_batch,
+            lease_s=config.staleness.lease_s,
+            max_staleness=config.staleness.max_staleness,
+            prompts_per_step=self.prompts_per_version,
+            total_tickets=self.total_tickets,
+            policy_version=self.policy_version,
+        )
 
     def generate(self, tickets: list[Ticket]) -> None:
         gen = self.ctx.config.generation
         examples = [self.prompt_set.train_item(t.ticket_id) for t in tickets]
         batch = sample(
             self.policy,
-            [self.policy.tokenizer(e.prompt).input_ids for e in examples],
+            [self.policy.encode_prompt(e.prompt) for e in examples],
             num_samples=gen.num_samples,
             max_new_tokens=gen.max_new_tokens,
+            min_new_tokens=gen.min_new_tokens,
             temperature=gen.temperature,
             top_p=gen.top_p,
             generator=self.rng,
         )
         pairs = [(t.ticket_id, t.attempt) for t in tickets]
         groups = pack_groups(self.policy, batch, examples, pairs, self.policy_version)
-        lease_s = self.ctx.config.staleness.lease_s
-        for ticket, group in zip(tickets, groups, strict=True):
-            # A lease lost meanwhile was reissued to another generator: its result would only be
-            # a duplicate, so it is not sent.
-            if not self.ctx.store.renew_lease(ticket, lease_s):
-                self.ctx.counters["leases_lost"] = self.ctx.counters.get("leases_lost", 0) + 1
-                continue
-            self.ctx.bus.push(ROLLOUTS, group, self.policy_version)
-        self.ctx.counters["groups"] = self.ctx.counters.get("groups", 0) + len(tickets)
+        # A lease lost meanwhile was reissued to another generator: its result would only be a
+        # duplicate, so it is not sent.
+        held = self.ctx.store.renew_leases(tickets, self.ctx.config.staleness.lease_s)
+        for group, still_held in zip(groups, held, strict=True):
+            if still_held:
+                self.ctx.bus.push(ROLLOUTS, group, self.policy_version)
+        self._count("leases_lost", held.count(False))
+        self._count("groups", len(tickets))
+        self._count("generated_tokens", int(batch.completion_mask.sum()))
 
     def run(self) -> None:
         ctx = self.ctx
+        wait_ms = WAIT_MS  # no version yet: wait for the first one
         while not ctx.stopping:
             ctx.beat(policy_version=self.policy_version)
             if ctx.stopping:
                 break
+            # After a claim that got nothing the gate is closed until a newer version: wait for
+            # its announcement instead of polling. Otherwise only look for one.
+            meta = self.newest_announced(wait_ms)
             ctx.timer.busy()
-            self.sync_weights()
+            if meta is not None:
+                self.sync_weights(meta)
             tickets = self.claim() if self.policy_version >= 0 else []
             if tickets:
                 self.generate(tickets)
             ctx.timer.idle()
-            if not tickets:
-                time.sleep(IDLE_SLEEP_S)
+            wait_ms = 0 if tickets else WAIT_MS
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,8 +29,10 @@ from types import FrameType
 from typing import Any
 
 import structlog
+import torch
 
 from llamarl.config import RunConfig, dump_config, load_config
+from llamarl.cores import plan_threads, usable_cores
 from llamarl.log import configure_logging
 from llamarl.monitor import progress_line
 from llamarl.sync_run import run_sync
@@ -150,6 +152,11 @@ def run_async(config: RunConfig, config_path: str, run_dir: Path, resume: bool) 
             shutil.rmtree(run_dir / "redis", ignore_errors=True)
         services.start()
     env = services.env() if services is not None else {}
+    split = plan_threads(config)
+    env |= {"LLAMARL__WORKERS__TRAINER_THREADS": str(split.trainer_threads),
+            "LLAMARL__WORKERS__GENERATOR_THREADS": str(split.generator_threads)}  # fmt: skip
+    log.info("cores split", trainer_threads=split.trainer_threads,
+             generator_threads=split.generator_threads, trainer_share=split.trainer_share)  # fmt: skip
     url = services.redis_url if services is not None else str(config.redis.url)
     store = VersionStore(url, config.run_id, config.redis.connect_deadline_s)
     supervisor = Supervisor(config, config_path, env, run_dir / "logs")
@@ -200,6 +207,7 @@ def main(args: argparse.Namespace) -> int:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     (run_dir / "config.yaml").write_text(dump_config(config))
     if args.mode == "sync":
+        torch.set_num_threads(config.workers.num_cores or usable_cores())
         print(json.dumps(run_sync(config)), flush=True)
         return 0
     try:

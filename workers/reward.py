@@ -13,7 +13,9 @@ POLL_MS = 50
 def serve(ctx: WorkerContext) -> None:
     name = ctx.config.task.verifier
     verifier = make_verifier(name)
-    consumer = ctx.bus.consume(ROLLOUTS, credit=ctx.config.broker.consumer_credit)
+    config = ctx.config
+    credit = config.broker.consumer_credit or config.generation.prompts_per_batch
+    consumer = ctx.bus.consume(ROLLOUTS, credit=credit)
     scored = 0
     while not ctx.stopping:
         ctx.beat(scored=scored)

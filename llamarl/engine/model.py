@@ -23,6 +23,7 @@ from transformers.utils import logging as hf_logging
 
 from llamarl.config import ModelConfig
 from llamarl.engine.tokenizer import build_char_tokenizer
+from llamarl.errors import ConfigError
 
 
 @dataclass
@@ -31,6 +32,16 @@ class Policy:
 
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
+    chat: bool = False
+    """Wrap prompts in the tokenizer's chat template (a user turn, then the assistant's cue)."""
+
+    def encode_prompt(self, text: str) -> list[int]:
+        if not self.chat:
+            return list(self.tokenizer(text).input_ids)
+        rendered = self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+        )
+        return list(self.tokenizer(str(rendered), add_special_tokens=False).input_ids)
 
     @property
     def eos_id(self) -> int:
@@ -85,12 +96,21 @@ def load_policy(path: str | Path) -> Policy:
 
 
 def make_policy(config: ModelConfig, seed: int) -> Policy:
-    return load_policy(config.path) if config.path else build_policy(config, seed)
+    policy = load_policy(config.path) if config.path else build_policy(config, seed)
+    if config.chat_template:
+        if not policy.tokenizer.chat_template:
+            raise ConfigError(f"model.chat_template: the tokenizer of {config.path} has none")
+        policy.chat = True
+    return policy
 
 
-def save_policy(policy: Policy, directory: str | Path) -> None:
+def save_policy(
+    policy: Policy, directory: str | Path, state_dict: dict[str, torch.Tensor] | None = None
+) -> None:
+    """`save_pretrained` of model and tokenizer; `state_dict`, when given, holds the weights to
+    write (a snapshot taken earlier) in place of the model's current ones."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     hf_logging.disable_progress_bar()
-    policy.model.save_pretrained(directory)
+    policy.model.save_pretrained(directory, state_dict=state_dict)
     policy.tokenizer.save_pretrained(directory)

@@ -50,9 +50,15 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
-def sampling_logprobs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """Log-probs of the distribution sampled from: tempered, top-p truncated, renormalised."""
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+def sampling_logprobs(
+    logits: torch.Tensor, temperature: float, top_p: float, ban: int | None = None
+) -> torch.Tensor:
+    """Log-probs of the distribution sampled from: tempered, top-p truncated, renormalised.
+    `ban` is a token id excluded before that (EOS before `min_new_tokens`)."""
+    logits = logits.float() / temperature
+    if ban is not None:
+        logits = logits.index_fill(-1, torch.tensor([ban]), float("-inf"))
+    logp = torch.log_softmax(logits, dim=-1)
     if top_p >= 1.0:
         return logp
     sorted_logp, order = logp.sort(dim=-1, descending=True)
@@ -62,6 +68,17 @@ def sampling_logprobs(logits: torch.Tensor, temperature: float, top_p: float) ->
     return torch.log_softmax(logp.masked_fill(drop, float("-inf")), dim=-1)
 
 
+def ban_eos(logits: torch.Tensor, eos_id: int, min_new_tokens: int) -> torch.Tensor:
+    """(B, L, V) completion logits with EOS removed at the first `min_new_tokens` positions, as
+    sampling removed it, so the trainer's pi is the distribution the generator drew from."""
+    if min_new_tokens <= 0:
+        return logits
+    early = torch.arange(logits.shape[1]) < min_new_tokens
+    banned = torch.zeros(logits.shape[1:], dtype=torch.bool)
+    banned[early, eos_id] = True
+    return logits.masked_fill(banned, float("-inf"))
+
+
 @torch.no_grad()
 def sample(
     policy: Policy,
@@ -69,28 +86,39 @@ def sample(
     *,
     num_samples: int,
     max_new_tokens: int,
+    min_new_tokens: int = 0,
     temperature: float = 1.0,
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
     greedy: bool = False,
 ) -> SampleBatch:
-    """n samples of each prompt; `greedy` takes the argmax instead (evaluation)."""
-    rows = [prompt for prompt in prompts for _ in range(num_samples)]
-    prompt_ids, prompt_mask = left_pad(rows, policy.pad_id)
-    batch = len(rows)
-    out = policy.model(
-        input_ids=prompt_ids,
-        attention_mask=prompt_mask,
-        position_ids=positions(prompt_mask),
+    """n samples of each prompt; `greedy` takes the argmax instead (evaluation).
+
+    Each prompt is computed once and its keys/values are shared by its n samples. Without
+    left padding (prompts of one length) no attention mask is built at all.
+    """
+    model, eos_id = policy.model, policy.eos_id
+    group_ids, group_mask = left_pad(prompts, policy.pad_id)
+    padded = not bool(group_mask.all())
+    out = model(
+        input_ids=group_ids,
+        attention_mask=group_mask if padded else None,
+        position_ids=positions(group_mask),
         use_cache=True,
     )
-    cache, logits = out.cache, out.logits[:, -1]
+    cache = out.cache
+    cache.batch_repeat_interleave(num_samples)
+    logits = out.logits[:, -1].repeat_interleave(num_samples, dim=0)
+    prompt_ids = group_ids.repeat_interleave(num_samples, dim=0)
+    prompt_mask = group_mask.repeat_interleave(num_samples, dim=0)
+    batch = prompt_ids.shape[0]
     next_position = positions(prompt_mask)[:, -1] + 1
     mask = prompt_mask
     finished = torch.zeros(batch, dtype=torch.bool)
     tokens, logps, alive = [], [], []
-    for _ in range(max_new_tokens):
-        logp = sampling_logprobs(logits, temperature, top_p)
+    for step in range(max_new_tokens):
+        ban = eos_id if step < min_new_tokens else None
+        logp = sampling_logprobs(logits, temperature, top_p, ban)
         if greedy:
             token = logp.argmax(-1)
         else:
@@ -99,13 +127,14 @@ def sample(
         alive.append(~finished)
         tokens.append(torch.where(finished, policy.pad_id, token))
         logps.append(torch.where(finished, 0.0, token_logp))
-        finished = finished | (token == policy.eos_id)
-        if bool(finished.all()):
+        finished = finished | (token == eos_id)
+        if step + 1 == max_new_tokens or bool(finished.all()):
             break
-        mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype)], dim=1)
-        out = policy.model(
+        if padded:
+            mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype)], dim=1)
+        out = model(
             input_ids=tokens[-1][:, None],
-            attention_mask=mask,
+            attention_mask=mask if padded else None,
             position_ids=next_position[:, None],
             cache=cache,
             use_cache=True,
@@ -128,14 +157,27 @@ def token_logprobs(
     completion_ids: torch.Tensor,
     completion_mask: torch.Tensor,
     temperature: float = 1.0,
+    min_new_tokens: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """log pi and entropy of each completion token under the tempered policy (differentiable)."""
+    """log pi and entropy of each completion token under the tempered policy (differentiable),
+    from one padded forward pass over prompt + completion: the plain computation that the
+    trainer's shared-prompt path (`llamarl.engine.grouped`) must equal."""
     ids = torch.cat([prompt_ids, completion_ids], dim=1)
     mask = torch.cat([prompt_mask, completion_mask], dim=1)
     logits = policy.model(input_ids=ids, attention_mask=mask, position_ids=positions(mask)).logits
     width = prompt_ids.shape[1]
     logits = logits[:, width - 1 : -1].float() / temperature
+    logits = ban_eos(logits, policy.eos_id, min_new_tokens)
+    return completion_logprobs(logits, completion_ids, completion_mask)
+
+
+def completion_logprobs(
+    logits: torch.Tensor, completion_ids: torch.Tensor, completion_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi of each completion token and the entropy of each position, from tempered (B, L, V)
+    logits; both are 0 on padding (a banned token's -inf never turns into NaN)."""
     logp_all = torch.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, completion_ids[..., None]).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp * completion_mask, entropy * completion_mask
+    entropy = -(logp_all.exp() * logp_all.masked_fill(torch.isinf(logp_all), 0.0)).sum(-1)
+    real = completion_mask.bool()
+    return torch.where(real, logp, 0.0), torch.where(real, entropy, 0.0)

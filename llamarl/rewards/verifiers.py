@@ -1,4 +1,4 @@
-"""Verifiers: exact integer, GSM8K-style final answers, MATH-style answers, format.
+"""Verifiers: exact integer, final integer after worked steps, GSM8K-style final answers, MATH-style answers, format.
 
 Each verifier maps (completion, reference answer) to a float and never raises: `make_verifier`
 wraps it so odd text scores 0.0. Text is cut to MAX_CHARS before any regex, and MATH answers go
@@ -59,6 +59,15 @@ def exact_int(completion: str, answer: str) -> float:
     return float(int(text) == int(answer.strip()))
 
 
+def final_int(completion: str, answer: str) -> float:
+    """1.0 when the text after the completion's last `=` is exactly the integer answer (leading
+    zeros allowed): the worked-arithmetic format, whose working comes before that `=`."""
+    _, equals, last = completion.strip()[-MAX_CHARS:].rpartition("=")
+    if not equals or not re.fullmatch(r"-?\d+", last.strip()):
+        return 0.0
+    return float(int(last) == int(answer.strip()))
+
+
 def gsm8k(completion: str, answer: str, fallback_last_number: bool = True) -> float:
     """1.0 when the completion's final number equals the reference's (which may itself be a
     full GSM8K solution ending in `#### N`)."""
@@ -88,6 +97,7 @@ def format_ok(completion: str, answer: str) -> float:
 
 VERIFIERS: dict[str, Verifier] = {
     "exact_int": exact_int,
+    "final_int": final_int,
     "gsm8k": gsm8k,
     "math": math_answer,
     "format": format_ok,

@@ -1,4 +1,15 @@
-"""Seeded multi-digit addition: `a+b=` -> `a+b`. The held-out pairs never appear in training."""
+"""Seeded multi-digit addition. The held-out pairs never appear in training.
+
+Two formats. Plain: `a+b=` -> `a+b` (the answer alone). Worked (`show_work`): operands
+zero-padded to `num_digits`, and the answer written out column by column from the right with
+its carry, then the sum, zero-padded, after a final `=`:
+
+    347+085=  ->  7+5+0=12 4+8+1=13 3+0+1=04 =0432
+
+Every worked answer of one task has the same length, so completions are a fixed number of
+tokens (`worked_length`), as a benchmark with equal work in every arm needs; the reward checks
+only the number after the last `=` (verifier `final_int`).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +18,27 @@ import random
 from llamarl.tasks.base import Example
 
 
+def worked_sum(a: int, b: int, num_digits: int) -> str:
+    """The column-by-column working and the zero-padded sum, as the worked format writes it."""
+    columns, carry = [], 0
+    for place in range(num_digits):
+        x, y = a // 10**place % 10, b // 10**place % 10
+        total = x + y + carry
+        columns.append(f"{x}+{y}+{carry}={total:02d}")
+        carry = total // 10
+    return " ".join(columns) + f" ={a + b:0{num_digits + 1}d}"
+
+
+def worked_length(num_digits: int) -> int:
+    """Characters (tokens of the char tokenizer) in every worked answer of `num_digits`."""
+    return len(worked_sum(0, 0, num_digits))
+
+
 class ArithmeticTask:
-    def __init__(self, num_digits: int, num_eval: int, seed: int) -> None:
+    def __init__(self, num_digits: int, num_eval: int, seed: int, show_work: bool = False) -> None:
+        self.num_digits = num_digits
         self.limit = 10**num_digits
+        self.show_work = show_work
         if num_eval * 4 > self.limit**2:
             raise ValueError(
                 f"num_eval {num_eval} leaves too few training pairs for {num_digits} digits"
@@ -22,9 +51,17 @@ class ArithmeticTask:
         self._eval_pairs = sorted(held)
         self._held = held
 
-    @staticmethod
-    def _example(index: int, a: int, b: int) -> Example:
-        return Example(index=index, prompt=f"{a}+{b}=", answer=str(a + b))
+    def _example(self, index: int, a: int, b: int) -> Example:
+        answer = str(a + b)
+        if not self.show_work:
+            return Example(index=index, prompt=f"{a}+{b}=", answer=answer)
+        width = self.num_digits
+        return Example(
+            index=index,
+            prompt=f"{a:0{width}d}+{b:0{width}d}=",
+            answer=answer,
+            solution=worked_sum(a, b, width),
+        )
 
     def train_item(self, index: int) -> Example:
         rng = random.Random(f"train-{self.seed}-{index}")

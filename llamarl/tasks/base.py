@@ -14,6 +14,13 @@ class Example:
     index: int
     prompt: str
     answer: str
+    """The reference the verifier scores against."""
+    solution: str | None = None
+    """What supervised warm-start teaches the model to write; None means `answer` itself."""
+
+    @property
+    def target(self) -> str:
+        return self.answer if self.solution is None else self.solution
 
 
 class PromptSet(Protocol):
@@ -26,7 +33,7 @@ def make_prompt_set(config: TaskConfig, seed: int) -> PromptSet:
     if config.kind == "arithmetic":
         from llamarl.tasks.arithmetic import ArithmeticTask
 
-        return ArithmeticTask(config.num_digits, config.num_eval, seed)
+        return ArithmeticTask(config.num_digits, config.num_eval, seed, config.show_work)
     from llamarl.tasks.files import FilePromptSet
 
     if config.path is None:

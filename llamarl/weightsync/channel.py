@@ -2,19 +2,26 @@
 
 `auto` is NCCL when CUDA is present, else shared memory (one host, as `llamarl run` is). A
 cluster on CPUs sets `sync.transport: gloo`. What a generator needs to pull a version is the
-metadata the trainer stores with it in Redis: transport, endpoint, num_bytes, checksum.
+metadata the trainer announces with it (and stores in Redis): transport, endpoint, num_bytes,
+checksum.
+
+Publishing has two halves so that the trainer's critical path holds only the copy: `stage`
+copies the weights into the transport's buffer (before the next optimizer step may change them);
+`publish`, run on a background thread, checksums the copy and makes it visible.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from llamarl.config import SyncConfig
 from llamarl.curve import Curve
 from llamarl.limits import RejectHook
-from llamarl.weightsync.flat import FlatWeights
-from llamarl.weightsync.p2p import P2PWeightServer, StopCheck, fetch_p2p
-from llamarl.weightsync.shm import ShmPublisher, fetch_shm
+from llamarl.weightsync.flat import FlatWeights, checksum, copy_into, num_values
+from llamarl.weightsync.p2p import P2PReceiver, P2PWeightServer, StopCheck
+from llamarl.weightsync.shm import ShmPublisher, StagedFile, fetch_shm
 
 
 def resolve_transport(name: str) -> str:
@@ -23,8 +30,17 @@ def resolve_transport(name: str) -> str:
     return "nccl" if torch.cuda.is_available() else "shm"
 
 
+@dataclass(frozen=True)
+class Staged:
+    """A version's weights copied out of the model, not yet visible to generators."""
+
+    policy_version: int
+    num_bytes: int
+    handle: StagedFile | torch.Tensor
+
+
 class WeightPublisher:
-    """The trainer's end: publish a version, get the metadata to announce."""
+    """The trainer's end: stage a version, then publish it and get the metadata to announce."""
 
     def __init__(
         self,
@@ -49,19 +65,36 @@ class WeightPublisher:
                 on_reject=on_reject,
             )
 
-    def publish(self, weights: FlatWeights) -> dict[str, str | int]:
+    def stage(self, model: torch.nn.Module, policy_version: int) -> Staged:
+        """Copy the weights out (call between optimizer steps; cheap: one memcpy)."""
         if self._shm is not None:
-            endpoint = self._shm.publish(weights)
+            staged = self._shm.stage(model, policy_version)
+            return Staged(policy_version, staged.num_bytes, staged)
+        buffer = torch.empty(num_values(model), dtype=torch.float32)
+        copy_into(model, buffer)
+        return Staged(policy_version, buffer.numel() * 4, buffer)
+
+    def publish(self, staged: Staged) -> dict[str, str | int]:
+        """Checksum and expose a staged version (safe off the training thread)."""
+        if isinstance(staged.handle, StagedFile):
+            assert self._shm is not None
+            endpoint, digest = self._shm.publish(staged.handle)
         else:
             assert self._server is not None
-            self._server.publish(weights)
+            digest = checksum(staged.handle)
+            self._server.publish(FlatWeights(staged.policy_version, staged.handle, digest))
             endpoint = self._server.endpoint
         return {
             "transport": self.transport,
             "endpoint": endpoint,
-            "num_bytes": weights.num_bytes,
-            "checksum": weights.checksum,
+            "num_bytes": staged.num_bytes,
+            "checksum": digest,
         }
+
+    def discard(self, staged: Staged) -> None:
+        """Drop a staged version that a newer one superseded before it was published."""
+        if isinstance(staged.handle, StagedFile):
+            staged.handle.temp.unlink(missing_ok=True)
 
     def close(self) -> None:
         if self._shm is not None:
@@ -70,23 +103,24 @@ class WeightPublisher:
             self._server.close()
 
 
-def fetch_weights(
-    meta: dict[str, str],
-    worker_id: str,
-    timeout_s: float,
-    should_stop: StopCheck = lambda: False,
-    curve: Curve | None = None,
-) -> tuple[int, torch.Tensor]:
-    """The generator's end: pull and verify the version described by `meta`."""
-    transport = meta["transport"]
-    if transport == "shm":
-        buffer = fetch_shm(meta["endpoint"], int(meta["num_bytes"]), meta["checksum"])
-        return int(meta["policy_version"]), buffer
-    return fetch_p2p(
-        meta["endpoint"],
-        worker_id,
-        backend=transport,
-        timeout_s=timeout_s,
-        should_stop=should_stop,
-        curve=curve,
-    )
+class WeightReceiver:
+    """A generator's end: pull and verify the version an announcement describes."""
+
+    def __init__(self, worker_id: str, timeout_s: float, curve: Curve | None = None) -> None:
+        self.worker_id = worker_id
+        self.timeout_s = timeout_s
+        self.curve = curve
+        self._p2p: dict[str, P2PReceiver] = {}
+
+    def fetch(
+        self, meta: dict[str, str], should_stop: StopCheck = lambda: False
+    ) -> tuple[int, torch.Tensor]:
+        transport = meta["transport"]
+        if transport == "shm":
+            buffer = fetch_shm(meta["endpoint"], int(meta["num_bytes"]), meta["checksum"])
+            return int(meta["policy_version"]), buffer
+        if transport not in self._p2p:
+            self._p2p[transport] = P2PReceiver(
+                self.worker_id, transport, self.timeout_s, self.curve
+            )
+        return self._p2p[transport].fetch(meta["endpoint"], should_stop)

@@ -2,10 +2,13 @@
 
 The trainer runs a `P2PWeightServer` thread: a ZeroMQ ROUTER (the sync control endpoint) and a
 TCPStore. A generator asks for the latest version; the server answers with its size, checksum and
-a fresh group name, then both sides form a two-rank group of their own (rank 0 trainer, rank 1
-generator) on the store and the weights go over in buckets with send/recv. Every wait has the
-sync timeout: a generator that dies mid-transfer costs the trainer at most one timeout, and a
-trainer that does not answer raises SyncError naming it. Transfers are served one at a time.
+the name of the two-rank group (rank 0 trainer, rank 1 generator) that carries it, and the weights
+go over in buckets with send/recv. The group is formed on a generator's first pull and kept for
+the next ones, so a pull costs the transfer alone; generators still join and leave freely (a group
+per generator, never a global world). A transfer that fails drops that generator's group and the
+next pull forms a new one. Every wait has the sync timeout: a generator that dies mid-transfer
+costs the trainer at most one timeout, and a trainer that does not answer raises SyncError naming
+it. Transfers are served one at a time. Control messages are msgpack maps checked field by field.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
@@ -33,6 +37,7 @@ from llamarl.weightsync.flat import FlatWeights, verify
 log = structlog.get_logger(__name__)
 POLL_MS = 100
 MAX_REQUEST_BYTES = 1024
+MAX_REPLY_BYTES = 4096
 StopCheck = Callable[[], bool]
 
 
@@ -48,6 +53,40 @@ def pair_group(backend: str, store: dist.Store, rank: int, timeout_s: float) -> 
 
 def buckets(total: int, bucket_values: int) -> list[tuple[int, int]]:
     return [(start, min(start + bucket_values, total)) for start in range(0, total, bucket_values)]
+
+
+@dataclass(frozen=True)
+class TransferReply:
+    """The server's answer to a pull: what is coming and over which group."""
+
+    policy_version: int
+    num_bytes: int
+    checksum: str
+    store_port: int
+    group: str
+    bucket_values: int
+
+    @classmethod
+    def parse(cls, raw: bytes, endpoint: str) -> TransferReply:
+        """Check every field of a reply; a malformed one is a SyncError naming the server."""
+        try:
+            if len(raw) > MAX_REPLY_BYTES:
+                raise ValueError("oversize")
+            reply = msgpack.unpackb(raw, raw=False, ext_hook=_no_ext, max_ext_len=0)
+        except Exception:  # msgpack raises many types on bad input; all mean garbage
+            raise SyncError(f"weight server at {endpoint}: unreadable reply") from None
+        if isinstance(reply, dict) and isinstance(reply.get("error"), str):
+            raise SyncError(f"trainer weight server at {endpoint}: {reply['error'][:200]}")
+        fields = {"policy_version": int, "num_bytes": int, "checksum": str, "store_port": int,
+                  "group": str, "bucket_values": int}  # fmt: skip
+        if not isinstance(reply, dict) or set(reply) != set(fields):
+            raise SyncError(f"weight server at {endpoint}: malformed reply")
+        for name, typ in fields.items():
+            if type(reply[name]) is not typ:
+                raise SyncError(f"weight server at {endpoint}: reply field {name} is not {typ}")
+        if reply["num_bytes"] % 4 or reply["bucket_values"] < 1:
+            raise SyncError(f"weight server at {endpoint}: impossible sizes in reply")
+        return cls(**reply)
 
 
 class P2PWeightServer:
@@ -79,11 +118,17 @@ class P2PWeightServer:
         self._latest: FlatWeights | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._groups = itertools.count()
+        self._names = itertools.count()
+        self._groups: dict[str, tuple[str, Any]] = {}
         self.num_served = 0
         self.num_failed = 0
         self._thread = threading.Thread(target=self._serve, name="weight-server", daemon=True)
         self._thread.start()
+
+    def group_of(self, worker_id: str) -> str | None:
+        """The name of the pair group the server holds for a generator, if any."""
+        known = self._groups.get(worker_id)
+        return None if known is None else known[0]
 
     def publish(self, weights: FlatWeights) -> None:
         """Make `weights` the version served from now on (a transfer in flight keeps its own)."""
@@ -97,118 +142,141 @@ class P2PWeightServer:
             identity, *request = self._control.recv_multipart()
             with self._lock:
                 weights = self._latest
-            peer = _requesting_worker(request)
-            if peer is None:  # refused and counted; the server keeps serving
+            asked = _parse_request(request)
+            if asked is None:  # refused and counted; the server keeps serving
                 if self.on_reject is not None:
                     self.on_reject("bad_sync_request", repr(request[:2])[:80])
-                self._control.send_multipart(
-                    [identity, b"", msgpack.packb({"error": "bad request"})]
-                )
-                continue
-            if weights is None:
-                self._control.send_multipart(
-                    [identity, b"", msgpack.packb({"error": "no version yet"})]
-                )
-                continue
-            self._transfer(identity, peer, weights)
+                self._answer(identity, {"error": "bad request"})
+            elif weights is None:
+                self._answer(identity, {"error": "no version yet"})
+            else:
+                self._transfer(identity, *asked, weights)
 
-    def _transfer(self, identity: bytes, peer: str, weights: FlatWeights) -> None:
-        group = f"w{next(self._groups)}-{peer}"
-        reply = {
-            "policy_version": weights.policy_version,
-            "num_bytes": weights.num_bytes,
-            "checksum": weights.checksum,
-            "store_port": self.store.port,
-            "group": group,
-            "bucket_values": self.bucket_values,
-        }
+    def _answer(self, identity: bytes, reply: dict[str, Any]) -> None:
         self._control.send_multipart([identity, b"", msgpack.packb(reply)])
+
+    def _transfer(self, identity: bytes, peer: str, held: str, weights: FlatWeights) -> None:
+        """Send `weights` to `peer` over its group: the one it says it `held`, if the server has
+        that one too, else a new one (a restarted generator holds none)."""
+        known = self._groups.get(peer)
+        if known is not None and known[0] != held:
+            known = None
+        name = known[0] if known is not None else f"w{next(self._names)}-{peer}"
+        self._answer(identity, {
+            "policy_version": weights.policy_version, "num_bytes": weights.num_bytes,
+            "checksum": weights.checksum, "store_port": self.store.port, "group": name,
+            "bucket_values": self.bucket_values,
+        })  # fmt: skip
         try:
-            pg = pair_group(self.backend, dist.PrefixStore(group, self.store), 0, self.timeout_s)
+            if known is None:
+                store = dist.PrefixStore(name, self.store)
+                self._groups[peer] = (name, pair_group(self.backend, store, 0, self.timeout_s))
+            group = self._groups[peer][1]
             buffer = weights.buffer.to(self.device)
             for tag, (start, end) in enumerate(buckets(buffer.numel(), self.bucket_values)):
-                pg.send([buffer[start:end]], 1, tag).wait(
+                group.send([buffer[start:end]], 1, tag).wait(
                     datetime.timedelta(seconds=self.timeout_s)
                 )
             self.num_served += 1
         except Exception as err:  # a dead or stuck peer must not stop the server
+            self._groups.pop(peer, None)
             self.num_failed += 1
             log.warning("weight transfer failed", peer=peer, error=str(err).splitlines()[0][:160])
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join(self.timeout_s + 1)
+        self._groups.clear()
         self._control.close(linger=0)
         if self._auth is not None:
             self._auth.stop()
         self._ctx.term()
 
 
-def _requesting_worker(frames: list[bytes]) -> str | None:
-    """The worker id of a well-formed request ([b"", msgpack {"worker_id": str}]), else None."""
+def _parse_request(frames: list[bytes]) -> tuple[str, str] | None:
+    """(worker id, name of the group it holds or "") of a well-formed request
+    ([b"", msgpack {"worker_id": str, "group": str}]), else None."""
     if len(frames) != 2 or frames[0] != b"" or len(frames[1]) > MAX_REQUEST_BYTES:
         return None
     try:
         request = msgpack.unpackb(frames[1], raw=False, ext_hook=_no_ext, max_ext_len=0)
     except Exception:  # msgpack raises many types on bad input; all mean garbage
         return None
-    if not isinstance(request, dict) or not isinstance(request.get("worker_id"), str):
+    if not isinstance(request, dict) or set(request) != {"worker_id", "group"}:
         return None
-    return request["worker_id"][:64]
+    if not all(isinstance(value, str) for value in request.values()):
+        return None
+    return request["worker_id"][:64], request["group"][:160]
 
 
 def _no_ext(code: int, data: bytes) -> None:
     raise ValueError("msgpack extension types are not allowed")
 
 
-def _await_reply(sock: zmq.Socket, endpoint: str, timeout_s: float, should_stop: StopCheck) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not sock.poll(POLL_MS):
-        if should_stop():
-            raise SyncError(f"stopped while waiting for the weight server at {endpoint}")
-        if time.monotonic() > deadline:
-            raise SyncError(f"trainer weight server at {endpoint} did not answer in {timeout_s}s")
-    return msgpack.unpackb(sock.recv_multipart()[-1], raw=False)
+class P2PReceiver:
+    """A generator's end: pulls versions from one trainer, keeping the pair group between pulls
+    (a new one is formed after a failure or when the server names another)."""
 
+    def __init__(self, worker_id: str, backend: str, timeout_s: float,
+                 curve: Curve | None = None) -> None:  # fmt: skip
+        self.worker_id = worker_id
+        self.backend = backend
+        self.timeout_s = timeout_s
+        self.curve = curve
+        self._group: tuple[str, str, Any] | None = None  # (endpoint, name, group)
 
-def fetch_p2p(
-    endpoint: str,
-    worker_id: str,
-    *,
-    backend: str,
-    timeout_s: float,
-    should_stop: StopCheck = lambda: False,
-    curve: Curve | None = None,
-) -> tuple[int, torch.Tensor]:
-    """Pull the latest version from the trainer at `endpoint`; verified before it is returned.
-    Waiting for the server's answer ends early when `should_stop()` turns true."""
-    ctx = zmq.Context()
-    sock = make_socket(ctx, zmq.DEALER, 10, curve)
-    try:
-        sock.connect(endpoint)
-        sock.send_multipart([b"", msgpack.packb({"worker_id": worker_id})])
-        reply = _await_reply(sock, endpoint, timeout_s, should_stop)
-    finally:
-        sock.close(linger=0)
-        ctx.term()
-    if "error" in reply:
-        raise SyncError(f"trainer weight server at {endpoint}: {reply['error']}")
-    host = urlparse(endpoint).hostname or "127.0.0.1"
-    try:
+    def _ask(self, endpoint: str, should_stop: StopCheck) -> TransferReply:
+        ctx = zmq.Context()
+        sock = make_socket(ctx, zmq.DEALER, 10, self.curve)
+        try:
+            sock.connect(endpoint)
+            held = self._group[1] if self._group is not None and self._group[0] == endpoint else ""
+            request = {"worker_id": self.worker_id, "group": held}
+            sock.send_multipart([b"", msgpack.packb(request)])
+            deadline = time.monotonic() + self.timeout_s
+            while not sock.poll(POLL_MS):
+                if should_stop():
+                    raise SyncError(f"stopped while waiting for the weight server at {endpoint}")
+                if time.monotonic() > deadline:
+                    raise SyncError(
+                        f"trainer weight server at {endpoint} did not answer in {self.timeout_s}s"
+                    )
+            return TransferReply.parse(sock.recv_multipart()[-1], endpoint)
+        finally:
+            sock.close(linger=0)
+            ctx.term()
+
+    def _pair(self, endpoint: str, reply: TransferReply) -> Any:
+        if self._group is not None and self._group[:2] == (endpoint, reply.group):
+            return self._group[2]
+        host = urlparse(endpoint).hostname or "127.0.0.1"
         store = dist.TCPStore(
-            host, reply["store_port"], is_master=False,
-            timeout=datetime.timedelta(seconds=timeout_s),
+            host, reply.store_port, is_master=False,
+            timeout=datetime.timedelta(seconds=self.timeout_s),
         )  # fmt: skip
-        pg = pair_group(backend, dist.PrefixStore(reply["group"], store), 1, timeout_s)
-        device = "cuda" if backend == "nccl" else "cpu"
-        buffer = torch.empty(reply["num_bytes"] // 4, dtype=torch.float32, device=device)
-        for tag, (start, end) in enumerate(buckets(buffer.numel(), reply["bucket_values"])):
-            chunk = buffer[start:end]
-            pg.recv([chunk], 0, tag).wait(datetime.timedelta(seconds=timeout_s))
-    except (RuntimeError, dist.DistError) as err:
-        raise SyncError(
-            f"weight transfer from {endpoint} failed: {str(err).splitlines()[0]}"
-        ) from None
-    buffer = buffer.cpu()
-    verify(buffer, reply["num_bytes"], reply["checksum"], endpoint)
-    return int(reply["policy_version"]), buffer
+        group = pair_group(self.backend, dist.PrefixStore(reply.group, store), 1, self.timeout_s)
+        self._group = (endpoint, reply.group, group)
+        return group
+
+    def fetch(
+        self, endpoint: str, should_stop: StopCheck = lambda: False
+    ) -> tuple[int, torch.Tensor]:
+        """Pull the latest version from the trainer at `endpoint`; verified before it is returned.
+        Waiting for the server's answer ends early when `should_stop()` turns true."""
+        reply = self._ask(endpoint, should_stop)
+        device = "cuda" if self.backend == "nccl" else "cpu"
+        buffer = torch.empty(reply.num_bytes // 4, dtype=torch.float32, device=device)
+        try:
+            group = self._pair(endpoint, reply)
+            for tag, (start, end) in enumerate(buckets(buffer.numel(), reply.bucket_values)):
+                group.recv([buffer[start:end]], 0, tag).wait(
+                    datetime.timedelta(seconds=self.timeout_s)
+                )
+        except (RuntimeError, dist.DistError) as err:
+            self._group = None
+            raise SyncError(
+                f"weight transfer from {endpoint} failed: {str(err).splitlines()[0]}"
+            ) from None
+        buffer = buffer.cpu()
+        verify(buffer, reply.num_bytes, reply.checksum, endpoint)
+        return reply.policy_version, buffer

@@ -33,9 +33,15 @@ def test_generator_skips_to_the_newest_version_and_recovers_from_a_failed_pull(
 
     def publish(version: int) -> str:
         policy = build_policy(config.model, seed=100 + version)  # distinct weights per version
-        weights = flatten(policy.model, version)
-        ctx.store.publish_version(version, publisher.publish(weights))
-        return weights.checksum
+        meta = publisher.publish(publisher.stage(policy.model, version))
+        ctx.store.publish_version(version, meta)
+        return str(meta["checksum"])
+
+    def catch_up() -> None:
+        """What the generator does when no announcement reached it: ask Redis."""
+        meta = generator.newest_announced(wait_ms=10)
+        assert meta is not None
+        generator.sync_weights(meta)
 
     def held() -> str:
         return flatten(generator.policy.model, generator.policy_version).checksum
@@ -43,19 +49,19 @@ def test_generator_skips_to_the_newest_version_and_recovers_from_a_failed_pull(
     try:
         for version in range(4):  # the generator is busy while four versions go by
             newest = publish(version)
-        generator.sync_weights()
+        catch_up()
         assert generator.policy_version == 3 and held() == newest
         assert ctx.counters["syncs"] == 1, "versions 0..2 must not be pulled"
 
         publish(4)
         Path(ctx.store.version_meta()["endpoint"]).unlink()  # version 4 vanishes mid-pull
         before = held()
-        generator.sync_weights()
+        catch_up()
         assert ctx.counters["sync_failures"] == 1
         assert generator.policy_version == 3 and held() == before, "weights must be untouched"
 
         newest = publish(5)
-        generator.sync_weights()
+        catch_up()
         assert generator.policy_version == 5 and held() == newest
         assert ctx.counters["syncs"] == 2
     finally:

@@ -72,7 +72,7 @@ def test_worker_without_redis_exits_3_after_the_deadline() -> None:
 
 def test_monitor_shows_progress_workers_and_rejections(redis_server, store) -> None:
     store.publish_version(0, {})
-    store.claim_ticket("generator-0", lease_s=60, max_staleness=1, prompts_per_step=4)
+    store.claim_tickets("generator-0", 1, lease_s=60, max_staleness=1, prompts_per_step=4)
     store.register_worker("generator-0", "generator", ttl_s=60)
     store.register_worker("reward-0", "reward", ttl_s=0.05)  # its heartbeat lapses at once
     store.heartbeat("generator-0", 60, status="running", policy_version=0)

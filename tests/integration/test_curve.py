@@ -22,7 +22,7 @@ from llamarl.net import BrokerEndpoints, free_port_block
 from llamarl.protocol import Control
 from llamarl.topics import CONTROL, ROLLOUTS
 from llamarl.weightsync.flat import FlatWeights, checksum
-from llamarl.weightsync.p2p import P2PWeightServer, fetch_p2p
+from llamarl.weightsync.p2p import P2PReceiver, P2PWeightServer
 from tests.conftest import start_broker_process, stop_process
 from tests.factories import rollout_group
 
@@ -109,11 +109,12 @@ def test_weight_server_serves_only_clients_with_the_keys(keys: Curve, stranger: 
     try:
         weights = torch.randn(5_000)
         server.publish(FlatWeights(3, weights, checksum(weights)))
-        version, got = fetch_p2p(server.endpoint, "gen-0", backend="gloo", timeout_s=10, curve=keys)
+        receiver = P2PReceiver("gen-0", "gloo", timeout_s=10, curve=keys)
+        version, got = receiver.fetch(server.endpoint)
         assert version == 3 and torch.equal(got, weights)
         for intruder in (None, stranger):
             with pytest.raises(SyncError, match="did not answer"):
-                fetch_p2p(server.endpoint, "gen-x", backend="gloo", timeout_s=2, curve=intruder)
+                P2PReceiver("gen-x", "gloo", timeout_s=2, curve=intruder).fetch(server.endpoint)
     finally:
         server.close()
 

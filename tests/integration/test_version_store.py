@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
+from typing import Any
 
 import pytest
 
 from llamarl.errors import StaleVersionError
 from llamarl.net import free_port_block
-from llamarl.version_store import VersionStore
+from llamarl.version_store import Ticket, VersionStore, WorkerBeat
 
 GATE = {"lease_s": 60.0, "max_staleness": 1, "prompts_per_step": 5}
+
+
+def claim_one(store: VersionStore, worker_id: str, **gate: Any) -> Ticket | None:
+    got = store.claim_tickets(worker_id, 1, **gate)
+    assert len(got) <= 1
+    return got[0] if got else None
+
+
+def end(store: VersionStore, ticket_id: int, outcome: str = "trained") -> bool:
+    return store.end_tickets([(ticket_id, outcome)])[0]
 
 
 def test_policy_version_only_goes_up(store: VersionStore) -> None:
@@ -30,7 +41,7 @@ def claim_all(url: str, worker_id: str, out) -> None:
     got = []
     misses = 0
     while misses < 20:
-        ticket = store.claim_ticket(worker_id, **GATE)
+        ticket = claim_one(store, worker_id, **GATE)
         if ticket is None:
             misses += 1
             time.sleep(0.01)
@@ -65,36 +76,35 @@ def test_concurrent_claims_never_exceed_the_gate(redis_server, store: VersionSto
 
 
 def test_dropped_tickets_return_their_slot(store: VersionStore) -> None:
-    tickets = [store.claim_ticket("w", **GATE) for _ in range(10)]
-    assert store.claim_ticket("w", **GATE) is None
-    store.finish_ticket(tickets[0].ticket_id, "dropped_stale")
-    assert store.claim_ticket("w", **GATE) is not None
-    assert store.claim_ticket("w", **GATE) is None
+    tickets = [claim_one(store, "w", **GATE) for _ in range(10)]
+    assert claim_one(store, "w", **GATE) is None
+    end(store, tickets[0].ticket_id, "dropped_stale")
+    assert claim_one(store, "w", **GATE) is not None
+    assert claim_one(store, "w", **GATE) is None
 
 
 def test_total_tickets_caps_the_run(store: VersionStore) -> None:
-    got = [store.claim_ticket("w", **GATE, total_tickets=3) for _ in range(5)]
+    got = [claim_one(store, "w", **GATE, total_tickets=3) for _ in range(5)]
     assert [t is not None for t in got] == [True, True, True, False, False]
 
 
 def test_expired_lease_is_reissued_exactly_once(store: VersionStore) -> None:
-    first = store.claim_ticket("dead-worker", **{**GATE, "lease_s": 0.2})
+    first = claim_one(store, "dead-worker", **{**GATE, "lease_s": 0.2})
     assert first is not None and first.attempt == 0
     time.sleep(0.3)
-    again = store.claim_ticket("w1", **GATE)
-    other = store.claim_ticket("w2", **GATE)
+    again = claim_one(store, "w1", **GATE)
+    other = claim_one(store, "w2", **GATE)
     assert again is not None and other is not None
     assert (again.ticket_id, again.attempt, again.reissued) == (first.ticket_id, 1, True)
     assert other.ticket_id != first.ticket_id and not other.reissued
     assert store.ledger()["reissued"] == 1
-    assert not store.renew_lease(first, 10), "the expired attempt must not win its lease back"
-    assert store.renew_lease(again, 10)
-    assert store.finish_ticket(first.ticket_id, "trained") is True
-    assert store.finish_ticket(first.ticket_id, "trained") is False  # the late duplicate
+    assert store.renew_leases([first, again], 10) == [False, True], "the expired attempt loses"
+    assert end(store, first.ticket_id, "trained") is True
+    assert end(store, first.ticket_id, "trained") is False  # the late duplicate
     ledger = store.ledger()
     assert (ledger["trained"], ledger["duplicate"], ledger["open"]) == (1, 1, 1)
     with pytest.raises(KeyError):
-        store.finish_ticket(999, "trained")
+        end(store, 999, "trained")
 
 
 def test_worker_whose_heartbeat_stops_is_reported_dead(store: VersionStore) -> None:
@@ -118,31 +128,32 @@ def test_unreachable_redis_fails_after_the_deadline() -> None:
 
 def test_reopened_tickets_are_reissued_or_held(store: VersionStore) -> None:
     store.publish_version(0, {})
-    held, requeued, dropped = (store.claim_ticket("g0", **GATE) for _ in range(3))
+    held, requeued, dropped = (claim_one(store, "g0", **GATE) for _ in range(3))
     assert held and requeued and dropped
     for ticket in (held, requeued):
-        assert store.finish_ticket(ticket.ticket_id, "trained")
-    store.finish_ticket(dropped.ticket_id, "dropped_stale")
+        assert end(store, ticket.ticket_id, "trained")
+    end(store, dropped.ticket_id, "dropped_stale")
     assert store.reopen_ticket(held.ticket_id, requeue=False)
     assert store.reopen_ticket(requeued.ticket_id, requeue=True)
     assert not store.reopen_ticket(dropped.ticket_id, requeue=True)
     ledger = store.ledger()
     assert (ledger["trained"], ledger["reopened"], ledger["open"]) == (0, 2, 2)
-    again = store.claim_ticket("g1", **GATE)
+    again = claim_one(store, "g1", **GATE)
     assert again is not None and (again.ticket_id, again.reissued) == (requeued.ticket_id, True)
-    fresh = store.claim_ticket("g1", **GATE)
+    fresh = claim_one(store, "g1", **GATE)
     assert fresh is not None and not fresh.reissued, "a held ticket must not be reissued"
-    assert store.finish_ticket(held.ticket_id, "trained")
+    assert end(store, held.ticket_id, "trained")
 
 
 def test_compaction_drops_ended_tickets_below_the_lowest_open_one(store: VersionStore) -> None:
     store.publish_version(0, {})
-    tickets = [store.claim_ticket("g0", **GATE) for _ in range(8)]
+    tickets = [claim_one(store, "g0", **GATE) for _ in range(8)]
     assert all(tickets)
     for ticket_id in (0, 1, 2, 4, 5):  # 3, 6 and 7 stay open
-        store.finish_ticket(ticket_id, "trained" if ticket_id != 4 else "dropped_stale")
+        end(store, ticket_id, "trained" if ticket_id != 4 else "dropped_stale")
     ledger_before = store.ledger()
-    assert store.compact_tickets() == 3
+    assert store.compact_tickets(limit=2) == 2, "never above the caller's limit"
+    assert store.compact_tickets(limit=100) == 3
     assert store.ledger() == ledger_before, "the ledger keeps every count"
     assert [store.ticket_state(i) for i in range(8)] == [
         None,
@@ -154,13 +165,13 @@ def test_compaction_drops_ended_tickets_below_the_lowest_open_one(store: Version
         "open",
         "open",
     ]
-    assert not store.finish_ticket(1, "trained"), "a compacted ticket ends only once"
+    assert not end(store, 1, "trained"), "a compacted ticket ends only once"
     assert store.ledger()["duplicate"] == ledger_before["duplicate"] + 1
     with pytest.raises(KeyError, match="never issued"):
-        store.finish_ticket(99, "trained")
+        end(store, 99, "trained")
     for ticket_id in (3, 6, 7):
-        store.finish_ticket(ticket_id, "trained")
-    assert store.compact_tickets() == 8
+        end(store, ticket_id, "trained")
+    assert store.compact_tickets(limit=100) == 8
     assert store.client.hlen(store.key("tickets")) == 0
     assert store.client.hlen(store.key("attempts")) == 0
 
@@ -169,6 +180,36 @@ def test_gate_discounts_version_numbers_skipped_by_a_resume(store: VersionStore)
     store.publish_version(2, {})
     store.skip_versions(2)  # the model behind version 2 is the one of version 0
     claimed = 0
-    while store.claim_ticket("g0", **GATE) is not None:
+    while claim_one(store, "g0", **GATE) is not None:
         claimed += 1
     assert claimed == (0 + GATE["max_staleness"] + 1) * GATE["prompts_per_step"]
+
+
+def test_claims_come_in_batches_gated_on_the_loaded_version(store: VersionStore) -> None:
+    store.publish_version(3, {})
+    batch = store.claim_tickets("g0", 4, **GATE, policy_version=1)
+    assert [t.ticket_id for t in batch] == [0, 1, 2, 3]
+    more = store.claim_tickets("g0", 100, **GATE, policy_version=1)
+    assert len(batch) + len(more) == (1 + GATE["max_staleness"] + 1) * GATE["prompts_per_step"]
+    assert store.claim_tickets("g0", 100, **GATE, policy_version=1) == []
+    # A generator that has loaded the latest version may go further; never past it.
+    newest = store.claim_tickets("g1", 100, **GATE)
+    assert len(newest) == 2 * GATE["prompts_per_step"]
+    assert store.claim_tickets("g1", 100, **GATE, policy_version=9) == []
+
+
+def test_ending_tickets_writes_the_heartbeat_in_the_same_round_trip(store: VersionStore) -> None:
+    tickets = store.claim_tickets("g0", 3, **GATE)
+    beat = WorkerBeat("trainer", 5.0, {"step": 7, "role": "trainer"})
+    ended = store.end_tickets([(tickets[0].ticket_id, "trained"), (tickets[1].ticket_id,
+                              "dropped_stale")], heartbeat=beat)  # fmt: skip
+    assert ended == [True, True]
+    assert store.end_tickets([(tickets[0].ticket_id, "trained")]) == [False]
+    trainer = next(w for w in store.workers() if w.worker_id == "trainer")
+    assert trainer.alive and trainer.fields["step"] == "7"
+    before = store.ledger()
+    with pytest.raises(KeyError, match="ticket 55 was never issued"):
+        store.end_tickets([(tickets[2].ticket_id, "trained"), (55, "trained")])
+    assert store.ledger() == before, "a bad batch changes nothing"
+    assert store.ticket_state(tickets[2].ticket_id) == "open"
+    assert store.ended_tickets() == (0, {tickets[0].ticket_id, tickets[1].ticket_id})

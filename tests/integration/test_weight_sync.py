@@ -17,9 +17,9 @@ from llamarl.config import ModelConfig, SyncConfig
 from llamarl.engine.model import build_policy
 from llamarl.errors import SyncError
 from llamarl.net import free_port_block
-from llamarl.weightsync.channel import WeightPublisher, fetch_weights, resolve_transport
+from llamarl.weightsync.channel import WeightPublisher, WeightReceiver, resolve_transport
 from llamarl.weightsync.flat import FlatWeights, checksum, flatten, load_flat
-from llamarl.weightsync.p2p import P2PWeightServer, fetch_p2p
+from llamarl.weightsync.p2p import P2PReceiver, P2PWeightServer
 from llamarl.weightsync.shm import ShmPublisher, fetch_shm
 
 MODEL = ModelConfig(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128)
@@ -28,8 +28,12 @@ MODEL = ModelConfig(hidden_size=64, num_layers=2, num_heads=2, intermediate_size
 def receive_into_model(meta: dict[str, str], worker_id: str, out) -> None:
     """A generator: pull, swap into its own model, report the swapped weights' checksum."""
     policy = build_policy(MODEL, seed=99)  # different init: equality proves the transfer
-    version, buffer = fetch_weights(meta, worker_id, timeout_s=20)
+    receiver = WeightReceiver(worker_id, timeout_s=20)
+    version, buffer = receiver.fetch(meta)
     load_flat(policy.model, buffer)
+    if meta["transport"] != "shm":  # a second pull reuses the pair group formed by the first
+        again, second = receiver.fetch(meta)
+        assert again == version and torch.equal(second, buffer)
     out.put((worker_id, version, flatten(policy.model, version).checksum, buffer.numpy().tobytes()))
 
 
@@ -41,7 +45,8 @@ def test_every_generator_receives_the_trainers_exact_weights(transport: str) -> 
         SyncConfig(transport=transport, bucket_mb=0.05, timeout_s=20), "test"
     )
     try:
-        meta = {k: str(v) for k, v in publisher.publish(weights).items()} | {"policy_version": "5"}
+        staged = publisher.stage(trainer.model, 5)
+        meta = {k: str(v) for k, v in publisher.publish(staged).items()} | {"policy_version": "5"}
         ctx = mp.get_context("spawn")
         out = ctx.Queue()
         procs = [
@@ -67,7 +72,9 @@ def test_corrupted_or_truncated_shm_is_never_swapped_in(tmp_path: Path) -> None:
     before = flatten(policy.model, 0)
     incoming = flatten(build_policy(MODEL, seed=2).model, 1)
     publisher = ShmPublisher("test", directory=str(tmp_path))
-    path = Path(publisher.publish(incoming))
+    endpoint, digest = publisher.publish(publisher.stage(build_policy(MODEL, seed=2).model, 1))
+    assert digest == incoming.checksum
+    path = Path(endpoint)
     data = bytearray(path.read_bytes())
     data[100] ^= 0xFF
     path.write_bytes(bytes(data))
@@ -88,7 +95,7 @@ def test_corrupted_p2p_transfer_is_refused() -> None:
         good = torch.randn(10_000)
         server.publish(FlatWeights(1, good + 1.0, checksum(good)))
         with pytest.raises(SyncError, match="checksum mismatch"):
-            fetch_p2p(server.endpoint, "gen-x", backend="gloo", timeout_s=10)
+            P2PReceiver("gen-x", "gloo", timeout_s=10).fetch(server.endpoint)
     finally:
         server.close()
 
@@ -100,7 +107,7 @@ def vanish_after_asking(endpoint: str) -> None:
 
     sock = zmq.Context().socket(zmq.DEALER)
     sock.connect(endpoint)
-    sock.send_multipart([b"", msgpack.packb({"worker_id": "doomed"})])
+    sock.send_multipart([b"", msgpack.packb({"worker_id": "doomed", "group": ""})])
     sock.recv_multipart()
 
 
@@ -117,7 +124,7 @@ def test_transfer_to_a_dead_peer_fails_within_the_timeout_and_the_server_goes_on
             assert time.monotonic() - started < 15, "the dead peer stalled the server"
             time.sleep(0.05)
         assert time.monotonic() - started < 2 + 8  # one sync timeout plus process start-up
-        version, got = fetch_p2p(server.endpoint, "gen-ok", backend="gloo", timeout_s=10)
+        version, got = P2PReceiver("gen-ok", "gloo", timeout_s=10).fetch(server.endpoint)
         assert version == 3 and torch.equal(got, buffer)
         assert server.num_served == 1
     finally:
@@ -128,7 +135,7 @@ def test_unanswering_trainer_raises_naming_it() -> None:
     endpoint = f"tcp://127.0.0.1:{free_port_block(size=1)}"
     started = time.monotonic()
     with pytest.raises(SyncError, match=f"weight server at {endpoint} did not answer"):
-        fetch_p2p(endpoint, "gen-0", backend="gloo", timeout_s=1)
+        P2PReceiver("gen-0", "gloo", timeout_s=1).fetch(endpoint)
     assert time.monotonic() - started < 5
 
 
@@ -139,3 +146,24 @@ def test_auto_transport_picks_nccl_on_cuda(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_transport("auto") == "shm"
     assert resolve_transport("gloo") == "gloo"
+
+
+def test_pair_groups_are_kept_between_pulls_and_renewed_for_a_restarted_generator() -> None:
+    server = P2PWeightServer("127.0.0.1", backend="gloo", timeout_s=5, bucket_bytes=4096)
+    try:
+        buffer = torch.randn(20_000)
+        server.publish(FlatWeights(1, buffer, checksum(buffer)))
+        receiver = P2PReceiver("gen-0", "gloo", timeout_s=5)
+        for _ in range(2):
+            version, got = receiver.fetch(server.endpoint)
+            assert version == 1 and torch.equal(got, buffer)
+        first_group = server.group_of("gen-0")
+        assert server.num_served == 2 and first_group is not None
+        # The same worker id after a restart holds no group: the server must form a new one
+        # instead of sending over the old one (which would fail after a timeout).
+        version, got = P2PReceiver("gen-0", "gloo", timeout_s=5).fetch(server.endpoint)
+        assert torch.equal(got, buffer)
+        assert server.group_of("gen-0") not in (None, first_group)
+        assert (server.num_served, server.num_failed) == (3, 0)
+    finally:
+        server.close()

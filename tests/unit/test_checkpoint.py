@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from llamarl.checkpoint import CheckpointStore, TrainerState
+from llamarl.checkpoint import CheckpointStore, TrainerState, take_snapshot
 from llamarl.config import ModelConfig
 from llamarl.engine.model import build_policy
 from llamarl.errors import ConfigError
@@ -42,7 +42,7 @@ def test_round_trip_restores_everything(tmp_path: Path) -> None:
     state = TrainerState(7, 5, {"max_staleness_seen": 1, "initial_accuracy": 0.25}, buffer)
     torch.manual_seed(123)
     random.seed(456)
-    store.save(policy, None, optimizer, state)
+    store.save(take_snapshot(policy, None, optimizer, state))
     expected_torch, expected_python = torch.rand(3), random.random()
 
     restored = CheckpointStore(tmp_path, "run-a", keep=2).load(store.latest() or tmp_path)
@@ -66,7 +66,7 @@ def test_keeps_newest_k_and_ignores_unfinished(tmp_path: Path) -> None:
     optimizer = torch.optim.AdamW(policy.model.parameters())
     store = CheckpointStore(tmp_path, "run-a", keep=2)
     for step in (5, 10, 15):
-        store.save(policy, None, optimizer, TrainerState(step, step))
+        store.save(take_snapshot(policy, None, optimizer, TrainerState(step, step)))
     assert [p.name for p in store.complete()] == ["step-00000010", "step-00000015"]
     (tmp_path / "step-00000020.tmp").mkdir()  # a write a crash interrupted
     latest = store.latest()

@@ -68,3 +68,24 @@ def test_eos_ends_a_completion_and_padding_has_zero_logprob(policy) -> None:
         assert (lp[length:] == 0).all()
         if length < ids.shape[0]:
             assert ids[length - 1] == policy.eos_id
+
+
+def test_min_new_tokens_holds_eos_back_and_pi_masks_it_the_same_way(policy) -> None:
+    prompts = [policy.tokenizer(p).input_ids for p in PROMPTS]
+    # A model that loves EOS: without the ban almost every completion would end at once.
+    with torch.no_grad():
+        policy.model.lm_head.weight[policy.eos_id] += 5.0
+    try:
+        batch = sample(policy, prompts, num_samples=3, max_new_tokens=6, min_new_tokens=4,
+                       generator=torch.Generator().manual_seed(0))  # fmt: skip
+        logp, _ = token_logprobs(
+            policy, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+            batch.completion_mask, min_new_tokens=4,
+        )  # fmt: skip
+    finally:
+        with torch.no_grad():
+            policy.model.lm_head.weight[policy.eos_id] -= 5.0
+    assert (batch.completion_ids[:, :4] != policy.eos_id).all()
+    assert (batch.completion_mask.sum(1) >= 5).all()
+    assert (batch.completion_ids[:, 4] == policy.eos_id).any(), "EOS allowed from token 5"
+    assert torch.allclose(logp, batch.logprobs, atol=1e-4)

@@ -1,0 +1,44 @@
+"""`llamarl bench`: benchmarks that print measured figures and write JSON. Never tests.
+
+- `async-vs-sync`: one config in both modes, interleaved pairs, speed-up against its bound.
+- `weight-sync`: the weight transports against memcpy and raw torch.distributed send/recv.
+- `bus`: messages through the broker against raw pyzmq in the same pattern.
+Each ends with one JSON line on stdout (also written to `--out`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _emit(result: dict[str, Any], args: argparse.Namespace) -> int:
+    text = json.dumps(result)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+    print(text, flush=True)
+    return 0
+
+
+def async_vs_sync(args: argparse.Namespace) -> int:
+    from llamarl.bench.async_vs_sync import bench
+
+    seeds = [int(seed) for seed in args.seeds.split(",")]
+    return _emit(bench(Path(args.config), seeds, args.target, Path(args.work_dir)), args)
+
+
+def weight_sync(args: argparse.Namespace) -> int:
+    from llamarl.bench.weight_sync import bench
+
+    sizes = [float(size) for size in args.sizes_mb.split(",")]
+    generators = [int(count) for count in args.generators.split(",")]
+    return _emit(bench(sizes, generators, args.repeats, args.bucket_mb), args)
+
+
+def bus(args: argparse.Namespace) -> int:
+    from llamarl.bench.bus import bench
+
+    return _emit(bench(args.messages, args.repeats, args.credit), args)

@@ -1,0 +1,196 @@
+"""`llamarl bench async-vs-sync`: the same config run both ways, side by side, in one go.
+
+Runs interleave (sync, async, sync, async, ...), one pair per seed (`--seeds`, default 0,1,2), so
+the accuracy figures cover three seeds in each mode. Both runs of a pair start from one shared
+supervised warm start (run once per seed, `llamarl sft`), train on the same prompts (ticket i is
+prompt i in both) and, with fixed-length completions (`min_new_tokens`), generate and train
+exactly the same number of tokens; the benchmark checks that and reports it.
+
+Per run: seconds per RL step, the mean over steps that neither evaluated nor followed an
+evaluation (evaluation is not training; in async mode generators may run ahead during it, bounded
+by the staleness limit); tokens per second; the time to the target held-out accuracy (RL time less
+the time spent evaluating); initial and final accuracy; each role's busy seconds per step and idle
+fraction (async, from the workers' own timers) or each phase's seconds per step (sync).
+
+Per pair: speed-up = sync s/step / async s/step, and the bound that perfect overlap would give
+from the measured per-role times: sync s/step over the busiest async role's busy seconds per step
+(roles run side by side, so a step cannot be shorter than that role's work); efficiency =
+speed-up / bound. The output ends with one JSON line (medians with min and max over the pairs).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llamarl.bench.stats import median, spread
+
+
+@dataclass(frozen=True)
+class RunResult:
+    summary: dict[str, Any]
+    records: list[dict[str, Any]]
+    timers: dict[str, dict[str, Any]]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "llamarl.cli", "--log-format", "json", *args],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+def warm_start(tree: dict[str, Any], work_dir: Path) -> dict[str, Any]:
+    """The config a pair's runs use: with the supervised warm start done once, up front."""
+    if not tree.get("trainer", {}).get("sft_steps") or tree.get("model", {}).get("path"):
+        return tree
+    start = work_dir / f"start-{tree['seed']}"
+    config = work_dir / f"start-{tree['seed']}.yaml"
+    config.write_text(yaml.safe_dump(tree | {"run_dir": str(start)}))
+    done = _cli("sft", str(config), "--out", str(start))
+    if done.returncode != 0:
+        raise RuntimeError(f"warm start failed: {done.stderr[-2000:]}")
+    return tree | {
+        "model": tree.get("model", {}) | {"path": str(start)},
+        "trainer": tree["trainer"] | {"sft_steps": 0},
+    }
+
+
+def run_once(tree: dict[str, Any], mode: str, name: str, work_dir: Path) -> RunResult:
+    run_dir = work_dir / name
+    variant = work_dir / f"{name}.yaml"
+    variant.write_text(yaml.safe_dump(tree | {"run_dir": str(run_dir), "run_id": name}))
+    done = _cli("run", str(variant), "--mode", mode)
+    if done.returncode != 0:
+        raise RuntimeError(f"{mode} run {name} failed: {done.stderr[-2000:]}")
+    summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+    timers = {
+        path.stem: json.loads(path.read_text())
+        for path in sorted((run_dir / "timers").glob("*.json"))
+    }
+    return RunResult(summary, records, timers)
+
+
+def clean_step_s(records: list[dict[str, Any]], mode: str) -> float:
+    """Mean seconds per step over steps that neither evaluated nor followed an evaluation."""
+    times = []
+    for index, record in enumerate(records):
+        previous = records[index - 1] if index else {}
+        if "eval_s" in record or "eval_s" in previous or index == 0:
+            continue
+        times.append(record["step_s"] if mode == "sync" else record["wall_s"] - previous["wall_s"])
+    return sum(times) / len(times)
+
+
+def time_to(records: list[dict[str, Any]], target: float) -> float | None:
+    """RL seconds, less evaluation time, until held-out accuracy first reached `target`."""
+    evaluating = 0.0
+    for record in records:
+        evaluating += record.get("eval_s", 0.0)
+        if record.get("held_out_accuracy", -1.0) >= target:
+            return round(float(record["rl_s"]) - evaluating, 2)
+    return None
+
+
+def role_times(result: RunResult, mode: str, steps: int) -> dict[str, Any]:
+    """Busy seconds per step and idle fraction of each async role; phase seconds per step of
+    the sync loop."""
+    if mode == "sync":
+        clean = [r for r in result.records if "eval_s" not in r]
+        return {
+            phase: round(sum(r[f"{phase}_s"] for r in clean) / len(clean), 4)
+            for phase in ("generate", "score", "train")
+        }
+    roles: dict[str, dict[str, float]] = {}
+    for timer in result.timers.values():
+        busy = timer["busy_s"] - timer.get("eval_s", 0.0)
+        total = timer["busy_s"] + timer["idle_s"]
+        role = roles.setdefault(timer["role"], {"busy_s": 0.0, "idle": 0.0, "count": 0})
+        role["busy_s"] += busy
+        role["idle"] += 1 - timer["busy_s"] / total if total else 1.0
+        role["count"] += 1
+    return {
+        role: {
+            # Processes of one role share its work side by side.
+            "busy_s_per_step": round(v["busy_s"] / steps / v["count"], 4),
+            "idle_fraction": round(v["idle"] / v["count"], 3),
+            "processes": int(v["count"]),
+        }
+        for role, v in roles.items()
+    }
+
+
+def describe(result: RunResult, mode: str, target: float) -> dict[str, Any]:
+    records = result.records
+    steps = len(records)
+    step_s = clean_step_s(records, mode)
+    trained_tokens = sum(r["num_tokens"] for r in records)
+    generated = sum(t.get("generated_tokens", 0) for t in result.timers.values())
+    return {
+        "steps": steps,
+        "s_per_step": round(step_s, 4),
+        "trained_tokens": int(trained_tokens),
+        "generated_tokens": int(generated if mode == "async" else trained_tokens),
+        "tokens_per_s": round(trained_tokens / steps / step_s, 1),
+        "initial_accuracy": result.summary["initial_accuracy"],
+        "final_accuracy": result.summary["final_accuracy"],
+        "s_to_target": time_to(records, target),
+        "roles": role_times(result, mode, steps),
+    }
+
+
+def bound_of(sync_step_s: float, roles: dict[str, Any]) -> float:
+    busiest = max(role["busy_s_per_step"] for role in roles.values())
+    return sync_step_s / busiest
+
+
+def bench(config_path: Path, seeds: list[int], target: float, work_dir: Path) -> dict[str, Any]:
+    work_dir.mkdir(parents=True, exist_ok=True)
+    base = yaml.safe_load(config_path.read_text())
+    runs: list[dict[str, Any]] = []
+    for index, seed in enumerate(seeds):
+        tree = warm_start(base | {"seed": seed}, work_dir)
+        pair: dict[str, Any] = {"seed": seed}
+        for mode in ("sync", "async"):
+            result = run_once(tree, mode, f"{mode}-{index}", work_dir)
+            pair[mode] = describe(result, mode, target)
+            print(f"pair {index} {mode}: {json.dumps(pair[mode])}", file=sys.stderr, flush=True)
+        sync, asynchronous = pair["sync"], pair["async"]
+        pair["speedup"] = round(sync["s_per_step"] / asynchronous["s_per_step"], 3)
+        pair["bound"] = round(bound_of(sync["s_per_step"], asynchronous["roles"]), 3)
+        pair["efficiency"] = round(pair["speedup"] / pair["bound"], 3)
+        pair["equal_work"] = all(
+            sync[key] == asynchronous[key] for key in ("trained_tokens", "generated_tokens")
+        )
+        runs.append(pair)
+    speedups = [p["speedup"] for p in runs]
+    sync_target = median([p["sync"]["s_to_target"] for p in runs])
+    async_target = median([p["async"]["s_to_target"] for p in runs])
+    return {
+        "config": str(config_path),
+        "pairs": runs,
+        "target_accuracy": target,
+        "speedup": spread(speedups),
+        "speedup_median": spread(speedups)["median"],
+        "speedup_min": min(speedups),
+        "bound": spread([p["bound"] for p in runs])["median"],
+        "efficiency": spread([p["efficiency"] for p in runs])["median"],
+        "equal_work": all(p["equal_work"] for p in runs),
+        "sync_s_per_step": spread([p["sync"]["s_per_step"] for p in runs], 4),
+        "async_s_per_step": spread([p["async"]["s_per_step"] for p in runs], 4),
+        "sync_initial_accuracy": median([p["sync"]["initial_accuracy"] for p in runs]),
+        "sync_final_accuracy": median([p["sync"]["final_accuracy"] for p in runs]),
+        "async_final_accuracy": median([p["async"]["final_accuracy"] for p in runs]),
+        "sync_s_to_target": sync_target,
+        "async_s_to_target": async_target,
+        "target_speedup": (
+            round(sync_target / async_target, 3) if sync_target and async_target else None
+        ),
+    }

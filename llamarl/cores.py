@@ -1,0 +1,105 @@
+"""Splitting one machine's cores between the roles of a `llamarl run`.
+
+Asynchronous RL wins by running roles side by side, so each role's speed at the threads it gets
+is what overlaps. `llamarl run` gives the trainer and the generators shares of
+`workers.num_cores` in proportion to their measured work: at launch it times one generation
+batch (a few decode steps, scaled to `max_new_tokens`) and one training step on that batch, at
+one thread each, and splits the cores by those times (at least one thread per process; reward
+workers run one thread each). When there is no choice to make (as many cores as trainer plus
+generators, or fewer) nothing is measured and every process gets one thread. Explicit
+`workers.trainer_threads` / `workers.generator_threads` override the split. The synchronous
+baseline runs every phase with all `num_cores` threads, so both modes use the same machine.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+
+from llamarl.config import RunConfig, WorkersConfig
+
+PROBE_TOKENS = 4
+
+
+@dataclass(frozen=True)
+class CoreSplit:
+    trainer_threads: int
+    generator_threads: int
+    trainer_share: float | None
+    """The measured share of the work that is training (None: nothing was measured)."""
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, not the machine's count)."""
+    return len(os.sched_getaffinity(0))
+
+
+def split_cores(num_cores: int, num_generators: int, trainer_share: float) -> tuple[int, int]:
+    """(trainer threads, threads per generator) for a measured trainer share of the work."""
+    trainer = round(num_cores * trainer_share)
+    trainer = max(1, min(trainer, num_cores - num_generators))
+    return trainer, max(1, (num_cores - trainer) // num_generators)
+
+
+def measure_trainer_share(config: RunConfig) -> float:
+    """Training's share of one step's work at one thread (launch-time calibration)."""
+    from llamarl.engine.grouped import TrainGroup
+    from llamarl.engine.model import make_policy
+    from llamarl.engine.sampling import sample
+    from llamarl.learner import Learner
+    from llamarl.tasks import make_prompt_set
+
+    gen = config.generation
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        policy = make_policy(config.model, config.seed)
+        prompt_set = make_prompt_set(config.task, config.seed)
+        examples = [prompt_set.train_item(i) for i in range(gen.prompts_per_batch)]
+        prompts = [policy.encode_prompt(e.prompt) for e in examples]
+        probe = min(PROBE_TOKENS, gen.max_new_tokens)
+        started = time.perf_counter()
+        batch = sample(policy, prompts, num_samples=gen.num_samples, max_new_tokens=probe,
+                       min_new_tokens=probe)  # fmt: skip
+        generate_s = (time.perf_counter() - started) * gen.max_new_tokens / probe
+        # A training step's cost depends on shapes alone: train on full-length completions.
+        repeats = -(-gen.max_new_tokens // probe)
+        completions = batch.completion_ids.repeat(1, repeats)[:, : gen.max_new_tokens]
+        rows = gen.num_samples
+        groups = [
+            TrainGroup(
+                prompt_ids=torch.tensor(prompt),
+                completion_ids=completions[g * rows : (g + 1) * rows],
+                completion_mask=torch.ones_like(completions[:rows]),
+                behaviour_logprobs=torch.zeros(completions[:rows].shape),
+                rewards=torch.arange(rows, dtype=torch.float32),
+            )
+            for g, prompt in enumerate(prompts)
+        ]
+        learner = Learner(policy, config.algorithm, config.trainer, gen.temperature)
+        started = time.perf_counter()
+        learner.step(groups)
+        train_s = time.perf_counter() - started
+        train_s *= config.trainer.prompts_per_step / gen.prompts_per_batch
+    finally:
+        torch.set_num_threads(threads)
+    return train_s / (train_s + generate_s)
+
+
+def plan_threads(config: RunConfig) -> CoreSplit:
+    workers: WorkersConfig = config.workers
+    num_cores = workers.num_cores or usable_cores()
+    share: float | None = None
+    trainer, generator = 1, 1
+    if workers.trainer_threads is None or workers.generator_threads is None:
+        if num_cores > workers.num_generators + 1:
+            share = measure_trainer_share(config)
+            trainer, generator = split_cores(num_cores, workers.num_generators, share)
+    return CoreSplit(
+        trainer_threads=workers.trainer_threads or trainer,
+        generator_threads=workers.generator_threads or generator,
+        trainer_share=share,
+    )

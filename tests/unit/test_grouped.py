@@ -1,0 +1,130 @@
+"""The trainer's shared-prompt, bucketed forward gives the loss and gradients of the plain
+one-pass computation over the padded batch (within 1e-5), however the groups are cut."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from llamarl.algorithms.advantages import group_advantages
+from llamarl.algorithms.losses import policy_loss
+from llamarl.config import AlgorithmConfig, ModelConfig, TrainerConfig
+from llamarl.engine.grouped import TrainGroup, micro_batches
+from llamarl.engine.model import build_policy
+from llamarl.engine.sampling import left_pad, sample, token_logprobs
+from llamarl.learner import Learner
+
+PROMPTS = ["1+2=", "12+34=", "7+88=", "99+99=", "5+5="]  # three prompt lengths
+NUM_SAMPLES = 3
+MIN_NEW = 2
+
+
+def _groups(policy) -> list[TrainGroup]:
+    prompts = [policy.tokenizer(p).input_ids for p in PROMPTS]
+    batch = sample(
+        policy, prompts, num_samples=NUM_SAMPLES, max_new_tokens=7, min_new_tokens=MIN_NEW,
+        generator=torch.Generator().manual_seed(3),
+    )  # fmt: skip
+    rng = torch.Generator().manual_seed(4)
+    groups = []
+    for g, prompt in enumerate(prompts):
+        rows = slice(g * NUM_SAMPLES, (g + 1) * NUM_SAMPLES)
+        # Cut completions to lengths that differ within and across groups (as EOS would).
+        lengths = torch.tensor([max(MIN_NEW + 1, 7 - g - r) for r in range(NUM_SAMPLES)])
+        mask = (torch.arange(7)[None, :] < lengths[:, None]).long() * batch.completion_mask[rows]
+        noise = torch.randn(mask.shape, generator=rng)
+        # Groups arrive padded to their own widths (a generator pads a batch to its longest).
+        width = int(lengths.max())
+        groups.append(
+            TrainGroup(
+                prompt_ids=torch.tensor(prompt),
+                completion_ids=torch.where(mask.bool(), batch.completion_ids[rows], 0)[:, :width],
+                completion_mask=mask[:, :width],
+                # Off-policy behaviour log-probs, so importance ratios are not all 1.
+                behaviour_logprobs=((batch.logprobs[rows] + 0.4 * noise) * mask)[:, :width],
+                rewards=torch.randint(0, 2, (NUM_SAMPLES,), generator=rng).float(),
+            )
+        )
+    return groups
+
+
+def _plain_loss(policy, reference, groups, algorithm: AlgorithmConfig) -> torch.Tensor:
+    """The reference computation: every row's prompt + completion in one padded pass."""
+    rows = [g.prompt_ids.tolist() for g in groups for _ in range(NUM_SAMPLES)]
+    prompt_ids, prompt_mask = left_pad(rows, policy.pad_id)
+    width = max(g.completion_ids.shape[1] for g in groups)
+
+    def padded(name: str) -> torch.Tensor:
+        parts = [getattr(g, name) for g in groups]
+        return torch.cat([F.pad(t, (0, width - t.shape[1])) for t in parts])
+
+    args = (prompt_ids, prompt_mask, padded("completion_ids"), padded("completion_mask"))
+    logp, _ = token_logprobs(policy, *args, temperature=0.9, min_new_tokens=MIN_NEW)
+    ref_logp = None
+    if reference is not None:
+        with torch.no_grad():
+            ref_logp, _ = token_logprobs(reference, *args, temperature=0.9, min_new_tokens=MIN_NEW)
+    advantages = group_advantages(torch.stack([g.rewards for g in groups]), algorithm.advantage)
+    out = policy_loss(
+        algorithm.loss, logp, padded("behaviour_logprobs"),
+        advantages.flatten(), args[3], rho=algorithm.rho, aggregation=algorithm.aggregation,
+        ref_logp=ref_logp, kl_coef=algorithm.kl_coef,
+    )  # fmt: skip
+    return out.loss
+
+
+@pytest.mark.parametrize(
+    ("loss", "aggregation", "kl_coef", "micro_tokens"),
+    [
+        ("aipo", "token_mean", 0.0, 4096),
+        ("aipo", "sequence_mean", 0.0, 30),
+        ("ppo_clip", "token_mean", 0.1, 30),
+    ],
+)
+def test_grouped_step_equals_plain_loss_and_gradients(
+    loss: str, aggregation: str, kl_coef: float, micro_tokens: int
+) -> None:
+    algorithm = AlgorithmConfig(loss=loss, aggregation=aggregation, kl_coef=kl_coef, rho=1.2)
+    trainer = TrainerConfig(lr=1e-3, micro_batch_tokens=micro_tokens, max_grad_norm=1e6)
+    policy = build_policy(ModelConfig(hidden_size=32, num_layers=2, num_heads=2), seed=1)
+    groups = _groups(policy)
+    assert len({int(g.prompt_ids.shape[0]) for g in groups}) == 3
+    assert len({g.width for g in groups}) > 1, "completion lengths must differ"
+    assert len({g.completion_ids.shape[1] for g in groups}) > 1, "and so must padded widths"
+    cuts = micro_batches(groups, micro_tokens)
+    assert sorted(i for cut in cuts for i in cut) == list(range(len(groups)))
+    if micro_tokens < 100:
+        assert len(cuts) >= 4, "small budgets must split the batch"
+
+    reference = build_policy(ModelConfig(hidden_size=32, num_layers=2, num_heads=2), seed=2)
+    if kl_coef:
+        # Perturb the reference so the KL term is not zero.
+        reference.model.load_state_dict(policy.model.state_dict())
+        with torch.no_grad():
+            for param in reference.model.parameters():
+                param.add_(0.01 * torch.randn_like(param))
+    plain = _plain_loss(policy, reference if kl_coef else None, groups, algorithm)
+    plain.backward()
+    expected = {n: p.grad.clone() for n, p in policy.model.named_parameters()}
+    policy.model.zero_grad(set_to_none=True)
+
+    learner = Learner(policy, algorithm, trainer, temperature=0.9,
+                      reference=reference if kl_coef else None, min_new_tokens=MIN_NEW)  # fmt: skip
+    learner.optimizer.step = lambda *a, **k: None  # keep the weights to read the gradients
+    stats = learner.step(groups)
+    assert stats["loss"] == pytest.approx(float(plain.detach()), abs=1e-5)
+    assert abs(float(plain.detach())) > 1e-4, "a vanishing loss would prove nothing"
+    for name, param in policy.model.named_parameters():
+        assert param.grad is not None, name
+        assert torch.allclose(param.grad, expected[name], atol=1e-5, rtol=1e-4), name
+    assert stats["ratio_max"] > 1.0 and 0 < stats["clipped_fraction"] < 1
+
+
+def test_micro_batches_keep_one_prompt_length_and_respect_the_budget() -> None:
+    policy = build_policy(ModelConfig(hidden_size=32, num_layers=1, num_heads=2), seed=1)
+    groups = _groups(policy)
+    for cut in micro_batches(groups, 40):
+        assert len({int(groups[i].prompt_ids.shape[0]) for i in cut}) == 1
+        cost = sum(NUM_SAMPLES * (groups[i].prompt_ids.shape[0] + groups[i].width) for i in cut)
+        assert len(cut) == 1 or cost <= 40
