@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, deque
+from collections.abc import Callable
 
 import msgpack
 import structlog
@@ -36,6 +37,7 @@ from llamarl.topics import FANOUT_TOPICS, WORK_TOPICS
 
 log = structlog.get_logger(__name__)
 POLL_MS = 100
+DRAIN_BATCH = 256
 MAX_CREDIT_GRANT = 1000
 CREDIT_COMMANDS = (b"READY", b"CREDIT")
 
@@ -90,8 +92,9 @@ class Broker:
         self.rejections.record(reason, detail)
 
     def _receive(self, sock: zmq.Socket) -> list[bytes] | None:
-        """One message's frames, or None when its sender is over its rate (counted)."""
-        frames = sock.recv_multipart(copy=False)
+        """One waiting message's frames, or None when its sender is over its rate (counted).
+        Raises zmq.Again when nothing is waiting."""
+        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
         if not self.rate_limit.allow(_peer(frames[-1])):
             self._reject("rate_limited", "")
             return None
@@ -169,20 +172,30 @@ class Broker:
         credits.extend([identity] * grant)
         self._dispatch(topic)
 
-    def _send_to(self, identity: bytes, frames: list[bytes]) -> bool:
+    def _send_to(self, identity: bytes, frames: list[bytes]) -> str:
+        """"sent"; "full" when the consumer's pipe is at its high-water mark (it keeps its
+        credit for later); "gone" when it is unknown or disconnected (its credit is void)."""
         try:
             self.work_out.send_multipart([identity, *frames], flags=zmq.NOBLOCK)
-            return True
-        except zmq.ZMQError:  # the consumer is gone or full: its credit is void
-            return False
+            return "sent"
+        except zmq.Again:
+            return "full"
+        except zmq.ZMQError:
+            return "gone"
 
     def _dispatch(self, topic: str) -> None:
         queue, credits = self.queues[topic], self.credits[topic]
+        full: list[bytes] = []
         while queue and credits:
             identity = credits.popleft()
-            if self._send_to(identity, [topic.encode(), queue[0]]):
+            outcome = self._send_to(identity, [topic.encode(), queue[0]])
+            if outcome == "sent":
                 queue.popleft()
                 self.counters["work"] += 1
+            elif outcome == "full":
+                full.append(identity)
+        # Retried when the consumer returns credit, i.e. once it has read from its pipe.
+        credits.extendleft(reversed(full))
 
     def _room_for_work(self) -> bool:
         return all(len(q) < self.max_queue for q in self.queues.values())
@@ -202,13 +215,13 @@ class Broker:
                 poller = open_ if self._room_for_work() else full
                 ready = dict(poller.poll(POLL_MS))
                 if self.pub_in in ready:
-                    self._forward_fanout()
+                    _drain(self._forward_fanout)
                 if self.sub_out in ready:
-                    self._check_subscription()
+                    _drain(self._check_subscription)
                 if self.work_out in ready:
-                    self._handle_consumer()
+                    _drain(self._handle_consumer)
                 if self.work_in in ready:
-                    self._accept_work()
+                    _drain(self._accept_work, self._room_for_work)
                 self.rejections.flush()
         finally:
             self.close()
@@ -221,6 +234,18 @@ class Broker:
         self._ctx.term()
         self.rejections.flush(force=True)
         log.info("broker stopped", counters=dict(self.counters))
+
+
+def _drain(handle: Callable[[], None], more: Callable[[], bool] = lambda: True) -> None:
+    """Handle the messages waiting on a socket, up to DRAIN_BATCH of them (then the other
+    sockets get their turn): one poll per batch instead of one per message."""
+    for _ in range(DRAIN_BATCH):
+        if not more():
+            return
+        try:
+            handle()
+        except zmq.Again:
+            return
 
 
 def _peer(frame: zmq.Frame) -> bytes:

@@ -44,6 +44,8 @@ class _Receiver:
         """The next valid message as (topic, envelope), skipping (and counting) rejected ones,
         at most MAX_SKIPPED per call; None when none came within `timeout_ms`."""
         for _ in range(MAX_SKIPPED):
+            if timeout_ms:
+                self._before_wait()
             if not self.sock.poll(timeout_ms):
                 self._idle()
                 return None
@@ -56,6 +58,9 @@ class _Receiver:
                 return frames[0].decode(), envelope
             timeout_ms = 0
         return None
+
+    def _before_wait(self) -> None:
+        """Called before a poll that may block."""
 
     def _idle(self) -> None:
         """Called when a poll found nothing."""
@@ -103,6 +108,9 @@ class Consumer(_Receiver):
         super().__init__(sock, run_id, max_bytes, on_reject)
         self.topic = topic.encode()
         self.credit = str(credit).encode()
+        # Credits go back in batches (READY n), one message per `_batch` received, not per one.
+        self._batch = max(1, credit // 4)
+        self._taken = 0
         self._idle_since = time.monotonic()
         sock.send_multipart([b"CREDIT", self.topic, self.credit])
 
@@ -110,6 +118,14 @@ class Consumer(_Receiver):
         """The next valid work message; None when none came."""
         got = self._next_valid(timeout_ms)
         return None if got is None else got[1]
+
+    def _return_credits(self) -> None:
+        if self._taken:
+            self.sock.send_multipart([b"READY", self.topic, str(self._taken).encode()])
+            self._taken = 0
+
+    def _before_wait(self) -> None:
+        self._return_credits()  # about to wait: every credit taken so far goes back first
 
     def _idle(self) -> None:
         if time.monotonic() - self._idle_since > RECREDIT_S:
@@ -119,7 +135,9 @@ class Consumer(_Receiver):
 
     def _received(self) -> None:
         self._idle_since = time.monotonic()
-        self.sock.send_multipart([b"READY", self.topic, b"1"])
+        self._taken += 1
+        if self._taken >= self._batch:
+            self._return_credits()
 
 
 def query_broker_stats(
@@ -197,11 +215,16 @@ class BusClient:
             self._push.connect(self.endpoints.work_in)
         started = time.perf_counter()
         frames = [topic.encode(), self._envelope(payload, policy_version)]
-        self._send_s += time.perf_counter() - started
-        if not self._push.poll(int(timeout_s * 1000), zmq.POLLOUT):
-            raise TimeoutError(f"push to {topic} blocked for {timeout_s}s (broker backpressure)")
-        started = time.perf_counter()
-        self._push.send_multipart(frames)
+        try:
+            self._push.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.Again:  # the broker applies backpressure: wait for room, up to the timeout
+            waiting = time.perf_counter()
+            if not self._push.poll(int(timeout_s * 1000), zmq.POLLOUT):
+                raise TimeoutError(
+                    f"push to {topic} blocked for {timeout_s}s (broker backpressure)"
+                ) from None
+            started += time.perf_counter() - waiting  # waiting is not bus work
+            self._push.send_multipart(frames)
         self._send_s += time.perf_counter() - started
 
     def subscribe(self, topics: Iterable[str]) -> Subscriber:

@@ -169,6 +169,10 @@ class SyncConfig(_Section):
     """Bucket size weights are streamed in."""
     timeout_s: float = Field(60.0, gt=0, le=3600)
     """Every transfer wait times out after this, naming the peer."""
+    verify: Literal["auto", "always", "size"] = "auto"
+    """auto: a generator checks the xxh3 checksum of every version received over the network and
+    the size of shared-memory ones (complete by construction: written, then renamed into place);
+    always: checksums everywhere; size: sizes only (trusted networks)."""
     every_steps: int = Field(1, ge=1, le=1_000_000)
     """Publish a new policy version every this many optimizer steps."""
 
@@ -189,6 +193,8 @@ class WorkersConfig(_Section):
     """torch threads for the trainer; null: its share of `num_cores` (see README, cores)."""
     generator_threads: int | None = Field(None, ge=1, le=1024)
     """torch threads per generator; null: their share of `num_cores`."""
+    pin_cores: bool = True
+    """`llamarl run` pins the trainer and each generator to cores of their own when they fit."""
     max_restarts: int = Field(3, ge=0, le=1000)
     """`llamarl run` restarts a dead generator or reward worker up to this many times each."""
 

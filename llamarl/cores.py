@@ -7,15 +7,17 @@ batch (a few decode steps, scaled to `max_new_tokens`) and one training step on 
 one thread each, and splits the cores by those times (at least one thread per process; reward
 workers run one thread each). When there is no choice to make (as many cores as trainer plus
 generators, or fewer) nothing is measured and every process gets one thread. Explicit
-`workers.trainer_threads` / `workers.generator_threads` override the split. The synchronous
-baseline runs every phase with all `num_cores` threads, so both modes use the same machine.
+`workers.trainer_threads` / `workers.generator_threads` override the split. When trainer and
+generators fit side by side, each is pinned to cores of its own (`workers.pin_cores`). The
+synchronous baseline runs every phase with all `num_cores` threads, so both modes use the same
+machine.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -30,11 +32,34 @@ class CoreSplit:
     generator_threads: int
     trainer_share: float | None
     """The measured share of the work that is training (None: nothing was measured)."""
+    pins: dict[str, list[int]] = field(default_factory=dict)
+    """worker id -> the cores it is pinned to (empty when the roles do not fit side by side)."""
+
+
+def pin_cores(
+    usable: list[int], trainer_threads: int, generator_threads: int, num_generators: int
+) -> dict[str, list[int]]:
+    """Disjoint cores for the trainer and each generator when they fit, else none: a role
+    then keeps its own caches and never waits behind the other for a core. Reward workers,
+    the broker and Redis are not pinned."""
+    needed = trainer_threads + num_generators * generator_threads
+    if needed > len(usable):
+        return {}
+    pins = {"trainer": usable[:trainer_threads]}
+    for index in range(num_generators):
+        start = trainer_threads + index * generator_threads
+        pins[f"generator-{index}"] = usable[start : start + generator_threads]
+    return pins
 
 
 def usable_cores() -> int:
     """Cores this process may run on (its CPU affinity, not the machine's count)."""
     return len(os.sched_getaffinity(0))
+
+
+def set_affinity(pid: int, cores: list[int]) -> None:
+    """Pin a process (and the threads it starts afterwards) to `cores`."""
+    os.sched_setaffinity(pid, cores)
 
 
 def split_cores(num_cores: int, num_generators: int, trainer_share: float) -> tuple[int, int]:
@@ -98,8 +123,10 @@ def plan_threads(config: RunConfig) -> CoreSplit:
         if num_cores > workers.num_generators + 1:
             share = measure_trainer_share(config)
             trainer, generator = split_cores(num_cores, workers.num_generators, share)
-    return CoreSplit(
-        trainer_threads=workers.trainer_threads or trainer,
-        generator_threads=workers.generator_threads or generator,
-        trainer_share=share,
+    trainer = workers.trainer_threads or trainer
+    generator = workers.generator_threads or generator
+    usable = sorted(os.sched_getaffinity(0))[:num_cores]
+    pins = (
+        pin_cores(usable, trainer, generator, workers.num_generators) if workers.pin_cores else {}
     )
+    return CoreSplit(trainer, generator, share, pins)

@@ -20,11 +20,15 @@ from llamarl.tasks import Example
 
 
 def completion_texts(policy: Policy, batch: SampleBatch) -> list[str]:
-    texts: list[str] = []
-    for ids, mask in zip(batch.completion_ids, batch.completion_mask, strict=True):
-        kept = [int(t) for t, m in zip(ids, mask, strict=True) if m and int(t) != policy.eos_id]
-        texts.append(str(policy.tokenizer.decode(kept, skip_special_tokens=True)))
-    return texts
+    """Each completion's text, without EOS and padding (one batched decode)."""
+    eos = policy.eos_id
+    rows = [
+        [t for t, m in zip(ids, mask, strict=True) if m and t != eos]
+        for ids, mask in zip(
+            batch.completion_ids.tolist(), batch.completion_mask.tolist(), strict=True
+        )
+    ]
+    return [str(t) for t in policy.tokenizer.batch_decode(rows, skip_special_tokens=True)]
 
 
 def _array(tensor: torch.Tensor, dtype: type) -> TypedArray:

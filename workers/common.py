@@ -126,6 +126,13 @@ class WorkerContext:
         self.store.heartbeat(self.worker_id, self.config.workers.heartbeat_ttl_s,
                              **self._beat_fields(status))  # fmt: skip
 
+    def add_time(self, name: str, started: float) -> float:
+        """Add the seconds since `started` (time.monotonic) to the counter `name`; the counters
+        go into the heartbeat and RUN_DIR/timers/, where the benchmarks read them."""
+        elapsed = time.monotonic() - started
+        self.counters[name] = self.counters.get(name, 0.0) + elapsed
+        return elapsed
+
     def step_beat(self, **status: Any) -> WorkerBeat:
         """A heartbeat for the caller to write in its own Redis round trip (the trainer's one
         per step); the rate-limited `beat()` then has nothing to write for a while."""

@@ -11,6 +11,7 @@ announcement instead of polling. Every token is tagged with the version that pro
 
 from __future__ import annotations
 
+import time
 import zlib
 
 import structlog
@@ -25,7 +26,6 @@ from llamarl.tasks import make_prompt_set
 from llamarl.topics import ROLLOUTS, VERSIONS
 from llamarl.version_store import Ticket
 from llamarl.weightsync.channel import WeightReceiver
-from llamarl.weightsync.flat import load_flat
 from workers.common import WorkerContext, run_worker
 
 log = structlog.get_logger(__name__)
@@ -58,7 +58,9 @@ class Generator:
         self.prompts_per_version = config.trainer.prompts_per_step * config.sync.every_steps
         self.total_tickets = steps * config.trainer.prompts_per_step
         self.versions = ctx.bus.subscribe([VERSIONS])
-        self.receiver = WeightReceiver(ctx.worker_id, config.sync.timeout_s, ctx.curve)
+        self.receiver = WeightReceiver(
+            ctx.worker_id, config.sync.timeout_s, ctx.curve, config.sync.verify
+        )
 
     def _count(self, name: str, amount: int = 1) -> None:
         self.ctx.counters[name] = self.ctx.counters.get(name, 0) + amount
@@ -88,7 +90,7 @@ class Generator:
             log.warning("weight sync failed; keeping current weights", error=str(err))
             return
         if version > self.policy_version:
-            load_flat(self.policy.model, buffer)
+            self.receiver.swap_in(self.policy.model, buffer, mapped=meta["transport"] == "shm")
             self.policy_version = version
             structlog.contextvars.bind_contextvars(policy_version=version)
             self._count("syncs")
@@ -107,6 +109,7 @@ class Generator:
 
     def generate(self, tickets: list[Ticket]) -> None:
         gen = self.ctx.config.generation
+        started = time.monotonic()
         examples = [self.prompt_set.train_item(t.ticket_id) for t in tickets]
         batch = sample(
             self.policy,
@@ -118,6 +121,8 @@ class Generator:
             top_p=gen.top_p,
             generator=self.rng,
         )
+        self.ctx.add_time("sample_s", started)
+        started = time.monotonic()
         pairs = [(t.ticket_id, t.attempt) for t in tickets]
         groups = pack_groups(self.policy, batch, examples, pairs, self.policy_version)
         # A lease lost meanwhile was reissued to another generator: its result would only be a
@@ -126,6 +131,7 @@ class Generator:
         for group, still_held in zip(groups, held, strict=True):
             if still_held:
                 self.ctx.bus.push(ROLLOUTS, group, self.policy_version)
+        self.ctx.add_time("publish_s", started)
         self._count("leases_lost", held.count(False))
         self._count("groups", len(tickets))
         self._count("generated_tokens", int(batch.completion_mask.sum()))
@@ -142,8 +148,12 @@ class Generator:
             meta = self.newest_announced(wait_ms)
             ctx.timer.busy()
             if meta is not None:
+                started = time.monotonic()
                 self.sync_weights(meta)
+                ctx.add_time("sync_s", started)
+            started = time.monotonic()
             tickets = self.claim() if self.policy_version >= 0 else []
+            ctx.add_time("claim_s", started)
             if tickets:
                 self.generate(tickets)
             ctx.timer.idle()

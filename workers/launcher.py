@@ -32,7 +32,7 @@ import structlog
 import torch
 
 from llamarl.config import RunConfig, dump_config, load_config
-from llamarl.cores import plan_threads, usable_cores
+from llamarl.cores import plan_threads, set_affinity, usable_cores
 from llamarl.log import configure_logging
 from llamarl.monitor import progress_line
 from llamarl.sync_run import run_sync
@@ -94,16 +94,24 @@ class Supervisor:
     """Watches the children: restarts a dead one (up to `workers.max_restarts` times each) and
     ends the run when the trainer finishes."""
 
-    def __init__(self, config: RunConfig, config_path: str, env: dict[str, str], logs: Path):
+    def __init__(self, config: RunConfig, config_path: str, env: dict[str, str], logs: Path,
+                 pins: dict[str, list[int]]) -> None:  # fmt: skip
         self.config = config
         self.config_path = config_path
         self.env = env
         self.logs = logs
+        self.pins = pins
         self.children: list[Child] = []
         self.restarts: dict[str, int] = {}
 
+    def _spawn(self, role: str, worker_id: str) -> Child:
+        child = spawn(role, worker_id, self.config_path, self.env, self.logs)
+        if worker_id in self.pins:  # before it starts its thread pools, which inherit it
+            set_affinity(child.process.pid, self.pins[worker_id])
+        return child
+
     def start(self, role: str, worker_id: str) -> None:
-        self.children.append(spawn(role, worker_id, self.config_path, self.env, self.logs))
+        self.children.append(self._spawn(role, worker_id))
 
     def _restart(self, index: int, code: int) -> None:
         child = self.children[index]
@@ -113,9 +121,7 @@ class Supervisor:
             raise RuntimeError(f"{child.role} {child.worker_id} exited with code {code}{tries}")
         self.restarts[child.worker_id] = count + 1
         log.warning("restarting worker", worker=child.worker_id, exit_code=code, restart=count + 1)
-        self.children[index] = spawn(
-            child.role, child.worker_id, self.config_path, self.env, self.logs
-        )
+        self.children[index] = self._spawn(child.role, child.worker_id)
 
     def wait_for_trainer(self, store: VersionStore) -> None:
         """Return when the trainer exits 0; raise naming the role when a child cannot go on."""
@@ -156,10 +162,11 @@ def run_async(config: RunConfig, config_path: str, run_dir: Path, resume: bool) 
     env |= {"LLAMARL__WORKERS__TRAINER_THREADS": str(split.trainer_threads),
             "LLAMARL__WORKERS__GENERATOR_THREADS": str(split.generator_threads)}  # fmt: skip
     log.info("cores split", trainer_threads=split.trainer_threads,
-             generator_threads=split.generator_threads, trainer_share=split.trainer_share)  # fmt: skip
+             generator_threads=split.generator_threads, trainer_share=split.trainer_share,
+             pins=split.pins)  # fmt: skip
     url = services.redis_url if services is not None else str(config.redis.url)
     store = VersionStore(url, config.run_id, config.redis.connect_deadline_s)
-    supervisor = Supervisor(config, config_path, env, run_dir / "logs")
+    supervisor = Supervisor(config, config_path, env, run_dir / "logs", split.pins)
     try:
         supervisor.start("trainer", "trainer")
         for i in range(config.workers.num_generators):

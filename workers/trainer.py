@@ -131,7 +131,7 @@ class Trainer:
         # Every ticket below the book's floor has ended and is in this snapshot, so none of them
         # can be reopened by a resume from it: their entries can go once it is on disk.
         self.checkpointer.submit((snapshot, self.book.floor))
-        self._time("checkpoint_s", started)
+        self.ctx.add_time("checkpoint_s", started)
 
     def _write_checkpoint(self, item: tuple[Snapshot, int]) -> None:
         snapshot, ended_below = item
@@ -149,7 +149,7 @@ class Trainer:
         """Stage the current version (one copy of the weights) for the publisher thread."""
         started = time.monotonic()
         self.versions.submit(self.publisher.stage(self.policy.model, self.policy_version))
-        self._time("stage_s", started)
+        self.ctx.add_time("stage_s", started)
         structlog.contextvars.bind_contextvars(policy_version=self.policy_version)
 
     def _announce(self, staged: Staged) -> None:
@@ -166,12 +166,6 @@ class Trainer:
             endpoint=str(meta["endpoint"]),
         )
         self._announce_bus.publish(VERSIONS, announcement, staged.policy_version)
-
-    def _time(self, name: str, started: float) -> float:
-        """Add the seconds since `started` to the counter `name` (written to timers/)."""
-        elapsed = time.monotonic() - started
-        self.ctx.counters[name] = self.ctx.counters.get(name, 0.0) + elapsed
-        return elapsed
 
     def _count(self, name: str, amount: int = 1) -> None:
         self.ctx.counters[name] = self.ctx.counters.get(name, 0) + amount
@@ -207,7 +201,7 @@ class Trainer:
         record: dict[str, Any] = {"step": self.step + 1, "policy_version": self.policy_version}
         started = time.monotonic()
         record |= self.learner.step([train_group(item) for item in batch])
-        record["train_s"] = self._time("train_s", started)
+        record["train_s"] = self.ctx.add_time("train_s", started)
         self.step += 1
         if self.step % config.sync.every_steps == 0:
             self.policy_version += 1
@@ -227,11 +221,11 @@ class Trainer:
         ended = self.ctx.store.end_tickets([(i, "trained") for i in ids], heartbeat=beat)
         self.book.mark(ids)
         self._count("finish_conflicts", ended.count(False))
-        record["redis_s"] = self._time("redis_s", started)
+        record["redis_s"] = self.ctx.add_time("redis_s", started)
         if self.step % config.trainer.eval_every == 0 or self.step == config.trainer.num_steps:
             started = time.monotonic()
             record["held_out_accuracy"] = self.evaluate()
-            record["eval_s"] = self._time("eval_s", started)
+            record["eval_s"] = self.ctx.add_time("eval_s", started)
         if self.step % max(config.trainer.checkpoint_every, 1) == 0:
             self.save_checkpoint()
         self.ctx.timer.idle()
@@ -277,7 +271,7 @@ class Trainer:
                 self.admit(envelope.payload)
                 envelope = consumer.recv(0)
             if short:
-                self._time("wait_s", started)
+                self.ctx.add_time("wait_s", started)
             self.drop_stale()
             if len(self.buffer) >= pps:
                 self.train_step()

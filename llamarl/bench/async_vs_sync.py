@@ -13,9 +13,12 @@ the time spent evaluating); initial and final accuracy; each role's busy seconds
 fraction (async, from the workers' own timers) or each phase's seconds per step (sync).
 
 Per pair: speed-up = sync s/step / async s/step, and the bound that perfect overlap would give
-from the measured per-role times: sync s/step over the busiest async role's busy seconds per step
-(roles run side by side, so a step cannot be shorter than that role's work); efficiency =
-speed-up / bound. The output ends with one JSON line (medians with min and max over the pairs).
+from the measured per-role times. Each role's time is measured alone, at the threads the async
+run gives it (`llamarl.cores`), in short synchronous "solo" runs of the same work (generation and
+training phases timed separately, nothing else running); perfect overlap makes a step as long as
+the slowest role, so bound = sync s/step / max(solo generation, solo training) s/step, and
+efficiency = speed-up / bound: what contention between the roles, the bus, Redis and weight sync
+cost. The output ends with one JSON line (medians with min and max over the pairs).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from typing import Any
 import yaml
 
 from llamarl.bench.stats import median, spread
+from llamarl.config import parse_config
+from llamarl.cores import plan_threads
 
 
 @dataclass(frozen=True)
@@ -112,14 +117,17 @@ def role_times(result: RunResult, mode: str, steps: int) -> dict[str, Any]:
     for timer in result.timers.values():
         busy = timer["busy_s"] - timer.get("eval_s", 0.0)
         total = timer["busy_s"] + timer["idle_s"]
-        role = roles.setdefault(timer["role"], {"busy_s": 0.0, "idle": 0.0, "count": 0})
+        role = roles.setdefault(timer["role"], {"busy_s": 0.0, "idle": 0.0, "count": 0,
+                                                "bus_s": 0.0})  # fmt: skip
         role["busy_s"] += busy
+        role["bus_s"] += timer.get("bus_s", 0.0)
         role["idle"] += 1 - timer["busy_s"] / total if total else 1.0
         role["count"] += 1
     return {
         role: {
             # Processes of one role share its work side by side.
             "busy_s_per_step": round(v["busy_s"] / steps / v["count"], 4),
+            "bus_s_per_step": round(v["bus_s"] / steps / v["count"], 5),
             "idle_fraction": round(v["idle"] / v["count"], 3),
             "processes": int(v["count"]),
         }
@@ -146,9 +154,25 @@ def describe(result: RunResult, mode: str, target: float) -> dict[str, Any]:
     }
 
 
-def bound_of(sync_step_s: float, roles: dict[str, Any]) -> float:
-    busiest = max(role["busy_s_per_step"] for role in roles.values())
-    return sync_step_s / busiest
+SOLO_STEPS = 40
+
+
+def solo_times(tree: dict[str, Any], name: str, work_dir: Path) -> dict[str, float]:
+    """Generation and training seconds per step, each at the threads the async run gives its
+    role, measured alone (synchronous runs of the same work, SOLO_STEPS steps)."""
+    split = plan_threads(parse_config(tree))
+    steps = min(SOLO_STEPS, tree["trainer"]["num_steps"])
+    short = tree | {"trainer": tree["trainer"] | {"num_steps": steps,
+                                                   "eval_every": steps}}  # fmt: skip
+    measured: dict[int, dict[str, float]] = {}
+    times: dict[str, float] = {}
+    for phase, threads in (("generate", split.generator_threads), ("train", split.trainer_threads)):
+        if threads not in measured:
+            solo = short | {"workers": tree.get("workers", {}) | {"num_cores": threads}}
+            result = run_once(solo, "sync", f"{name}-solo-{threads}", work_dir)
+            measured[threads] = role_times(result, "sync", steps)
+        times[phase] = measured[threads][phase]
+    return times
 
 
 def bench(config_path: Path, seeds: list[int], target: float, work_dir: Path) -> dict[str, Any]:
@@ -162,9 +186,14 @@ def bench(config_path: Path, seeds: list[int], target: float, work_dir: Path) ->
             result = run_once(tree, mode, f"{mode}-{index}", work_dir)
             pair[mode] = describe(result, mode, target)
             print(f"pair {index} {mode}: {json.dumps(pair[mode])}", file=sys.stderr, flush=True)
+        pair["solo"] = solo_times(tree, f"pair-{index}", work_dir)
+        roles = pair["async"]["roles"].values()
+        pair["async"]["bus_fraction"] = round(
+            max(r["bus_s_per_step"] for r in roles) / pair["async"]["s_per_step"], 5
+        )
         sync, asynchronous = pair["sync"], pair["async"]
         pair["speedup"] = round(sync["s_per_step"] / asynchronous["s_per_step"], 3)
-        pair["bound"] = round(bound_of(sync["s_per_step"], asynchronous["roles"]), 3)
+        pair["bound"] = round(sync["s_per_step"] / max(pair["solo"].values()), 3)
         pair["efficiency"] = round(pair["speedup"] / pair["bound"], 3)
         pair["equal_work"] = all(
             sync[key] == asynchronous[key] for key in ("trained_tokens", "generated_tokens")
@@ -183,6 +212,7 @@ def bench(config_path: Path, seeds: list[int], target: float, work_dir: Path) ->
         "bound": spread([p["bound"] for p in runs])["median"],
         "efficiency": spread([p["efficiency"] for p in runs])["median"],
         "equal_work": all(p["equal_work"] for p in runs),
+        "async_bus_fraction": max(p["async"]["bus_fraction"] for p in runs),
         "sync_s_per_step": spread([p["sync"]["s_per_step"] for p in runs], 4),
         "async_s_per_step": spread([p["async"]["s_per_step"] for p in runs], 4),
         "sync_initial_accuracy": median([p["sync"]["initial_accuracy"] for p in runs]),

@@ -1,12 +1,15 @@
 """`llamarl bench bus`: small messages through the broker against raw pyzmq, same machine, same run.
 
-Three processes in every arm: a producer, something in the middle, a consumer (on a 2-core
-machine they share the cores, as a run's roles do).
+Three processes in every arm but the first: a producer, something in the middle, a consumer (on
+a 2-core machine they share the cores, as a run's roles do).
+- raw_direct: pyzmq PUSH -> PULL, bytes only, two processes (the transport's own limit).
 - raw: pyzmq PUSH -> a plain Python forwarder (PULL -> PUSH, no checks) -> PULL; bytes only.
 - work: `BusClient.push` of a small rollout group -> the broker (rate limit, envelope checks,
   credit-based dispatch) -> `Consumer.recv` (full decode and schema check) with credit `--credit`.
-- fanout: `BusClient.publish` of a control message -> broker XSUB/XPUB -> `Subscriber.recv`.
-Each arm sends `--messages` messages; throughput = messages / (first send to last receive).
+- fanout: `BusClient.publish` of a control message -> broker XSUB/XPUB -> `Subscriber.recv`;
+  a publisher faster than its subscriber loses what finds the queue at the high-water mark, as
+  PUB/SUB does: counted and reported.
+Each arm sends `--messages` messages; throughput = messages received / (start to last receive).
 Median of `--repeats` rounds, with min and max.
 """
 
@@ -28,6 +31,7 @@ from llamarl.protocol import Control, RolloutGroup, TypedArray, encode, make_env
 from llamarl.topics import CONTROL, ROLLOUTS
 
 RUN_ID = "bench-bus"
+IDLE_END_S = 2.0
 TIMEOUT_S = 120.0
 
 
@@ -77,15 +81,19 @@ def _raw_producer(port: int, count: int, size: int, start) -> None:
     push.close(linger=-1)
 
 
-def raw_round(count: int, size: int) -> float:
+def raw_round(count: int, size: int, forwarded: bool) -> float:
+    """Raw pyzmq messages per second: through a plain forwarder process, or PUSH -> PULL."""
     ctx = mp.get_context("spawn")
     port = free_port_block(size=2)
     start = ctx.Event()
     forwarder = ctx.Process(target=_raw_forwarder, args=(port,))
     producer = ctx.Process(target=_raw_producer, args=(port, count, size, start))
-    forwarder.start()
     pull = zmq.Context().socket(zmq.PULL)
-    pull.connect(f"tcp://127.0.0.1:{port + 1}")
+    if forwarded:
+        forwarder.start()
+        pull.connect(f"tcp://127.0.0.1:{port + 1}")
+    else:
+        pull.bind(f"tcp://127.0.0.1:{port}")
     producer.start()
     assert pull.recv_multipart()[0] == b"warmup"
     start.set()
@@ -94,7 +102,7 @@ def raw_round(count: int, size: int) -> float:
     while pull.recv_multipart() != [b"END"]:
         received += 1
     elapsed = time.perf_counter() - started
-    for proc in (producer, forwarder):
+    for proc in (producer, forwarder) if forwarded else (producer,):
         proc.join(TIMEOUT_S)
     pull.close(linger=0)
     assert received == count
@@ -130,7 +138,12 @@ def _is_warmup(message: Any) -> bool:
     return getattr(payload, "ticket_id", 0) == -1 or getattr(payload, "command", "") == "warmup"
 
 
-def broker_round(endpoints: BrokerEndpoints, pattern: str, count: int, credit: int) -> float:
+def broker_round(
+    endpoints: BrokerEndpoints, pattern: str, count: int, credit: int
+) -> tuple[float, int]:
+    """(messages per second, messages lost). Work loses none (backpressure); fan-out drops what
+    finds a subscriber's queue at its high-water mark, so its round ends when none has come for
+    IDLE_END_S."""
     ctx = mp.get_context("spawn")
     start = ctx.Event()
     bus = BusClient(endpoints, run_id=RUN_ID, sender="consumer")
@@ -142,17 +155,20 @@ def broker_round(endpoints: BrokerEndpoints, pattern: str, count: int, credit: i
     if receiver.recv(int(TIMEOUT_S * 1000)) is None:
         raise TimeoutError(f"{pattern}: the broker path never came up")
     start.set()
-    started = time.perf_counter()
+    started = last = time.perf_counter()
     received = 0
+    wait_ms = int((TIMEOUT_S if pattern == "work" else IDLE_END_S) * 1000)
     while received < count:
-        message = receiver.recv(int(TIMEOUT_S * 1000))
+        message = receiver.recv(wait_ms)
         if message is None:
-            raise TimeoutError(f"{pattern}: {received} of {count} messages arrived")
+            if pattern == "work":
+                raise TimeoutError(f"{pattern}: {received} of {count} messages arrived")
+            break
+        last = time.perf_counter()
         received += not _is_warmup(message)
-    elapsed = time.perf_counter() - started
     producer.join(TIMEOUT_S)
     bus.close()
-    return count / elapsed
+    return received / (last - started), count - received
 
 
 def start_broker(endpoints: BrokerEndpoints) -> subprocess.Popen[bytes]:
@@ -176,12 +192,16 @@ def bench(count: int, repeats: int, credit: int) -> dict[str, Any]:
     size = message_bytes()
     endpoints = BrokerEndpoints("127.0.0.1", free_port_block())
     broker = start_broker(endpoints)
-    rates: dict[str, list[float]] = {"raw": [], "work": [], "fanout": []}
+    rates: dict[str, list[float]] = {"raw_direct": [], "raw": [], "work": [], "fanout": []}
+    lost = {"work": 0, "fanout": 0}
     try:
         for _ in range(repeats):  # interleaved: raw, work, fanout, raw, ...
-            rates["raw"].append(raw_round(count, size))
-            rates["work"].append(broker_round(endpoints, "work", count, credit))
-            rates["fanout"].append(broker_round(endpoints, "fanout", count, credit))
+            rates["raw_direct"].append(raw_round(count, size, forwarded=False))
+            rates["raw"].append(raw_round(count, size, forwarded=True))
+            for pattern in ("work", "fanout"):
+                rate, missing = broker_round(endpoints, pattern, count, credit)
+                rates[pattern].append(rate)
+                lost[pattern] += missing
     finally:
         broker.terminate()
         broker.wait(30)
@@ -190,9 +210,12 @@ def bench(count: int, repeats: int, credit: int) -> dict[str, Any]:
         "messages": count,
         "message_bytes": size,
         "credit": credit,
+        "raw_direct_msgs_per_s": spread(rates["raw_direct"], 0),
         "raw_msgs_per_s": spread(rates["raw"], 0),
         "work_msgs_per_s": spread(rates["work"], 0),
         "fanout_msgs_per_s": spread(rates["fanout"], 0),
+        "work_lost": lost["work"],
+        "fanout_dropped_at_hwm": lost["fanout"],
         "work_vs_raw": round(spread(rates["work"], 0)["median"] / raw, 3),
         "fanout_vs_raw": round(spread(rates["fanout"], 0)["median"] / raw, 3),
     }

@@ -24,11 +24,19 @@ from llamarl.bench.stats import spread
 from llamarl.config import SyncConfig
 from llamarl.net import free_port_block
 from llamarl.weightsync.channel import WeightPublisher, WeightReceiver
-from llamarl.weightsync.flat import load_flat
 from llamarl.weightsync.p2p import buckets, pair_group
 
 NUM_TENSORS = 32
 TIMEOUT_S = 120.0
+WARMUP_ROUNDS = 2
+"""Rounds not measured: pair groups form, pages are first touched, spare buffers appear."""
+ARMS = {
+    "shm": ("shm", "auto"),
+    "shm_verified": ("shm", "always"),
+    "gloo": ("gloo", "auto"),
+    "gloo_size_only": ("gloo", "size"),
+}
+"""What is measured: transport and `sync.verify` (auto: checksum over gloo, size over shm)."""
 
 
 class FlatModel(torch.nn.Module):
@@ -93,21 +101,27 @@ def raw_gloo_s(num_bytes: int, bucket_values: int, repeats: int) -> list[float]:
     return times
 
 
-def _generator(worker_id: str, num_bytes: int, go, out) -> None:
-    """Pull each announced version into a model, report the seconds each pull took."""
+def _generator(worker_id: str, num_bytes: int, verify: str, go, out) -> None:
+    """Pull each announced version and swap it into a model, as a generator does; report the
+    seconds each pull took."""
     torch.set_num_threads(1)
     model = FlatModel(num_bytes, seed=1)
-    receiver = WeightReceiver(worker_id, TIMEOUT_S)
+    receiver = WeightReceiver(worker_id, TIMEOUT_S, verify=verify)
     while (meta := go.get(timeout=TIMEOUT_S * 4)) is not None:
         started = time.perf_counter()
         version, buffer = receiver.fetch(meta)
-        load_flat(model, buffer)
+        receiver.swap_in(model, buffer, mapped=meta["transport"] == "shm")
         del buffer
         out.put((worker_id, version, time.perf_counter() - started))
 
 
 def transport_rounds(
-    transport: str, num_bytes: int, num_generators: int, repeats: int, bucket_mb: float
+    transport: str,
+    verify: str,
+    num_bytes: int,
+    num_generators: int,
+    repeats: int,
+    bucket_mb: float,
 ) -> dict[str, list[float]]:
     """Per round: the trainer's stage and publish seconds and the wall time until every
     generator has pulled and loaded that version."""
@@ -115,17 +129,19 @@ def transport_rounds(
     out = ctx.Queue()
     queues = [ctx.Queue() for _ in range(num_generators)]
     procs = [
-        ctx.Process(target=_generator, args=(f"gen-{i}", num_bytes, queues[i], out))
+        ctx.Process(target=_generator, args=(f"gen-{i}", num_bytes, verify, queues[i], out))
         for i in range(num_generators)
     ]
     for proc in procs:
         proc.start()
     trainer = FlatModel(num_bytes, seed=0)
-    config = SyncConfig(transport=transport, bucket_mb=bucket_mb, timeout_s=TIMEOUT_S)
+    config = SyncConfig(
+        transport=transport, bucket_mb=bucket_mb, timeout_s=TIMEOUT_S, verify=verify
+    )
     publisher = WeightPublisher(config, f"bench-{transport}")
     rounds: dict[str, list[float]] = {"stage_s": [], "publish_s": [], "pull_s": []}
     try:
-        for version in range(repeats + 1):  # round 0 warms up (groups formed, pages touched)
+        for version in range(repeats + WARMUP_ROUNDS):
             started = time.perf_counter()
             staged = publisher.stage(trainer, version)
             staged_at = time.perf_counter()
@@ -136,7 +152,7 @@ def transport_rounds(
             for _ in range(num_generators):
                 _, got, _ = out.get(timeout=TIMEOUT_S * 2)
                 assert got == version
-            if version:
+            if version >= WARMUP_ROUNDS:
                 rounds["stage_s"].append(staged_at - started)
                 rounds["publish_s"].append(published_at - staged_at)
                 rounds["pull_s"].append(time.perf_counter() - published_at)
@@ -167,25 +183,23 @@ def bench(
             "memcpy_GBps": _gbps(num_bytes, memcpy_s(num_bytes, repeats)),
             "raw_gloo_GBps": _gbps(num_bytes, raw_gloo_s(num_bytes, bucket_values, repeats)),
         }
-        for transport in ("shm", "gloo"):
+        for arm, (transport, verify) in ARMS.items():
             per_count: dict[str, Any] = {}
             for count in generators:
-                rounds = transport_rounds(transport, num_bytes, count, repeats, bucket_mb)
+                rounds = transport_rounds(transport, verify, num_bytes, count, repeats, bucket_mb)
                 per_count[str(count)] = {
                     "pull_s": spread(rounds["pull_s"], 4),
                     "pull_GBps": _gbps(num_bytes, rounds["pull_s"]),
                     "stage_s": spread(rounds["stage_s"], 4),
                     "publish_s": spread(rounds["publish_s"], 4),
                 }
-            entry[transport] = per_count
-        one = entry["shm"][str(generators[0])]["pull_GBps"]["median"]
-        entry["shm_vs_memcpy"] = round(one / entry["memcpy_GBps"]["median"], 3)
-        one = entry["gloo"][str(generators[0])]["pull_GBps"]["median"]
-        entry["gloo_vs_raw"] = round(one / entry["raw_gloo_GBps"]["median"], 3)
-        for transport in ("shm", "gloo"):
-            times = {c: entry[transport][str(c)]["pull_s"]["median"] for c in generators}
-            entry[f"{transport}_time_{generators[-1]}_vs_{generators[0]}"] = round(
-                times[generators[-1]] / times[generators[0]], 3
-            )
+            entry[arm] = per_count
+        first, last = str(generators[0]), str(generators[-1])
+        for arm in ARMS:
+            rate = entry[arm][first]["pull_GBps"]["median"]
+            base = "raw_gloo" if arm.startswith("gloo") else "memcpy"
+            entry[f"{arm}_vs_{base}"] = round(rate / entry[f"{base}_GBps"]["median"], 3)
+            times = [entry[arm][c]["pull_s"]["median"] for c in (first, last)]
+            entry[f"{arm}_time_{last}_vs_{first}"] = round(times[1] / times[0], 3)
         results["sizes"].append(entry)
     return results

@@ -14,6 +14,8 @@ import numpy as np
 from llamarl.errors import ProtocolError
 
 ALLOWED_DTYPES = {"int32": "<i4", "int64": "<i8", "float32": "<f4", "float16": "<f2", "uint8": "u1"}
+ITEM_SIZES = {name: np.dtype(code).itemsize for name, code in ALLOWED_DTYPES.items()}
+WIRE_KEYS = {"dtype", "shape", "data"}
 MAX_NDIM = 4
 
 
@@ -43,22 +45,21 @@ class TypedArray:
 
     @classmethod
     def from_wire(cls, value: Any, path: str) -> TypedArray:
-        if not isinstance(value, dict) or set(value) != {"dtype", "shape", "data"}:
+        if type(value) is not dict or value.keys() != WIRE_KEYS:
             raise ProtocolError("bad_schema", f"{path}: expected an array {{dtype, shape, data}}")
         dtype, shape, data = value["dtype"], value["shape"], value["data"]
-        if dtype not in ALLOWED_DTYPES:
+        item_size = ITEM_SIZES.get(dtype) if type(dtype) is str else None
+        if item_size is None:
             raise ProtocolError("bad_array", f"{path}: dtype {dtype!r} is not allowed")
-        if not isinstance(data, bytes):
+        if type(data) is not bytes:
             raise ProtocolError("bad_array", f"{path}: data must be bytes")
-        if (
-            not isinstance(shape, list)
-            or len(shape) > MAX_NDIM
-            or not all(type(d) is int and 0 <= d <= len(data) for d in shape)
-        ):
+        if type(shape) is not list or len(shape) > MAX_NDIM:
             raise ProtocolError("bad_array", f"{path}: bad shape {shape!r}")
-        count = 1
+        count = item_size
         for dim in shape:
+            if type(dim) is not int or not 0 <= dim <= len(data):
+                raise ProtocolError("bad_array", f"{path}: bad shape {shape!r}")
             count *= dim
-        if count * np.dtype(ALLOWED_DTYPES[dtype]).itemsize != len(data):
+        if count != len(data):
             raise ProtocolError("bad_array", f"{path}: {len(data)} bytes do not fit shape {shape}")
         return cls(dtype, tuple(shape), data)

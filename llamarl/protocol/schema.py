@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -56,25 +57,34 @@ def _mapping(value: Any, value_type: type, path: str) -> dict[str, Any]:
     }
 
 
-def _convert(value: Any, typ: Any, path: str) -> Any:
+Converter = Callable[[Any, str], Any]
+
+
+def _converter(typ: Any) -> Converter:
+    """The function that checks and converts one field of type `typ` from its wire value."""
     if typ is TypedArray:
-        return TypedArray.from_wire(value, path)
+        return TypedArray.from_wire
     if dataclasses.is_dataclass(typ):
-        return from_wire(typ, value, path)  # type: ignore[arg-type]
+        return lambda value, path: from_wire(typ, value, path)  # type: ignore[arg-type]
     if typing.get_origin(typ) is dict:
-        return _mapping(value, typing.get_args(typ)[1], path)
-    return _scalar(value, typ, path)
+        value_type = typing.get_args(typ)[1]
+        return lambda value, path: _mapping(value, value_type, path)
+    return lambda value, path: _scalar(value, typ, path)
+
+
+@cache
+def _converters(cls: Any) -> tuple[frozenset[str], tuple[tuple[str, Converter], ...]]:
+    fields = _field_types(cls)
+    return frozenset(fields), tuple((name, _converter(typ)) for name, typ in fields.items())
 
 
 def from_wire(cls: type, value: Any, path: str = "payload") -> Any:
     """Build `cls` from its wire map; raises ProtocolError on any missing, extra or bad field."""
-    fields = _field_types(cls)
-    if not isinstance(value, dict):
+    names, converters = _converters(cls)
+    if type(value) is not dict:
         raise ProtocolError("bad_schema", f"{path}: expected a map")
-    if set(value) != set(fields):
-        missing = sorted(set(fields) - set(value))
-        extra = sorted(str(k) for k in set(value) - set(fields))
+    if value.keys() != names:
+        missing = sorted(names - set(value))
+        extra = sorted(str(k) for k in set(value) - names)
         raise ProtocolError("bad_schema", f"{path}: missing {missing}, unexpected {extra}")
-    return cls(
-        **{name: _convert(value[name], typ, f"{path}.{name}") for name, typ in fields.items()}
-    )
+    return cls(**{name: convert(value[name], f"{path}.{name}") for name, convert in converters})

@@ -19,7 +19,7 @@ import torch
 from llamarl.config import SyncConfig
 from llamarl.curve import Curve
 from llamarl.limits import RejectHook
-from llamarl.weightsync.flat import FlatWeights, checksum, copy_into, num_values
+from llamarl.weightsync.flat import FlatWeights, bind_flat, checksum, copy_into, num_values
 from llamarl.weightsync.p2p import P2PReceiver, P2PWeightServer, StopCheck
 from llamarl.weightsync.shm import ShmPublisher, StagedFile, fetch_shm
 
@@ -50,6 +50,8 @@ class WeightPublisher:
         on_reject: RejectHook | None = None,
     ) -> None:
         self.transport = resolve_transport(config.transport)
+        self._pool: list[torch.Tensor] = []  # staging buffers of network transports, reused
+        self._staged: set[int] = set()  # ids of pool buffers staged and not yet published
         self._shm: ShmPublisher | None = None
         self._server: P2PWeightServer | None = None
         if self.transport == "shm":
@@ -70,9 +72,23 @@ class WeightPublisher:
         if self._shm is not None:
             staged = self._shm.stage(model, policy_version)
             return Staged(policy_version, staged.num_bytes, staged)
-        buffer = torch.empty(num_values(model), dtype=torch.float32)
+        buffer = self._free_buffer(num_values(model))
         copy_into(model, buffer)
         return Staged(policy_version, buffer.numel() * 4, buffer)
+
+    def _free_buffer(self, values: int) -> torch.Tensor:
+        """A staging buffer the server no longer reads (a fresh one's first-touch page faults
+        cost several times the copy itself)."""
+        assert self._server is not None
+        self._pool = [b for b in self._pool if b.numel() == values]
+        free = [b for b in self._pool if id(b) not in self._staged and not self._server.in_use(b)]
+        if free:
+            buffer = free[0]
+        else:
+            buffer = torch.empty(values, dtype=torch.float32)
+            self._pool.append(buffer)
+        self._staged.add(id(buffer))
+        return buffer
 
     def publish(self, staged: Staged) -> dict[str, str | int]:
         """Checksum and expose a staged version (safe off the training thread)."""
@@ -83,6 +99,7 @@ class WeightPublisher:
             assert self._server is not None
             digest = checksum(staged.handle)
             self._server.publish(FlatWeights(staged.policy_version, staged.handle, digest))
+            self._staged.discard(id(staged.handle))
             endpoint = self._server.endpoint
         return {
             "transport": self.transport,
@@ -95,6 +112,8 @@ class WeightPublisher:
         """Drop a staged version that a newer one superseded before it was published."""
         if isinstance(staged.handle, StagedFile):
             staged.handle.temp.unlink(missing_ok=True)
+        else:
+            self._staged.discard(id(staged.handle))
 
     def close(self) -> None:
         if self._shm is not None:
@@ -104,23 +123,45 @@ class WeightPublisher:
 
 
 class WeightReceiver:
-    """A generator's end: pull and verify the version an announcement describes."""
+    """A generator's end: pull the version an announcement describes, verify it, bind the model
+    to it. `sync.verify`: `auto` checks the checksum of network transfers and only the size of
+    shared memory (a published file is complete by construction); `always` checks checksums
+    everywhere; `size` only sizes (a trusted network, where TCP's own checksums suffice).
+    Network pulls land in the buffer the model held before the last swap, so after the first two
+    pulls none allocates memory."""
 
-    def __init__(self, worker_id: str, timeout_s: float, curve: Curve | None = None) -> None:
+    def __init__(
+        self, worker_id: str, timeout_s: float, curve: Curve | None = None, verify: str = "auto"
+    ) -> None:
         self.worker_id = worker_id
         self.timeout_s = timeout_s
         self.curve = curve
+        self.verify = verify
         self._p2p: dict[str, P2PReceiver] = {}
+        self._held: torch.Tensor | None = None
+        self._spare: torch.Tensor | None = None
+        self._held_is_mapped = False
 
     def fetch(
         self, meta: dict[str, str], should_stop: StopCheck = lambda: False
     ) -> tuple[int, torch.Tensor]:
         transport = meta["transport"]
         if transport == "shm":
-            buffer = fetch_shm(meta["endpoint"], int(meta["num_bytes"]), meta["checksum"])
+            expected = meta["checksum"] if self.verify == "always" else None
+            buffer = fetch_shm(meta["endpoint"], int(meta["num_bytes"]), expected)
             return int(meta["policy_version"]), buffer
         if transport not in self._p2p:
             self._p2p[transport] = P2PReceiver(
-                self.worker_id, transport, self.timeout_s, self.curve
+                self.worker_id, transport, self.timeout_s, self.curve, self.verify != "size"
             )
-        return self._p2p[transport].fetch(meta["endpoint"], should_stop)
+        into, self._spare = self._spare, None
+        return self._p2p[transport].fetch(meta["endpoint"], should_stop, into)
+
+    def swap_in(self, model: torch.nn.Module, buffer: torch.Tensor, mapped: bool) -> None:
+        """Bind the model to a fetched buffer; the one it held becomes the next pull's buffer
+        (unless it was mapped shared memory, which is let go)."""
+        bind_flat(model, buffer)
+        previous, previous_mapped = self._held, self._held_is_mapped
+        self._held, self._held_is_mapped = buffer, mapped
+        if previous is not None and not previous_mapped:
+            self._spare = previous

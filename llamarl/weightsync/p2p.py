@@ -32,7 +32,7 @@ from llamarl.curve import Curve
 from llamarl.errors import SyncError
 from llamarl.limits import RejectHook
 from llamarl.net import make_socket
-from llamarl.weightsync.flat import FlatWeights, verify
+from llamarl.weightsync.flat import Checksum, FlatWeights
 
 log = structlog.get_logger(__name__)
 POLL_MS = 100
@@ -116,6 +116,7 @@ class P2PWeightServer:
         port = self._control.bind_to_random_port(f"tcp://{host}")
         self.endpoint = f"tcp://{advertise_host or host}:{port}"
         self._latest: FlatWeights | None = None
+        self._sending: FlatWeights | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._names = itertools.count()
@@ -135,13 +136,19 @@ class P2PWeightServer:
         with self._lock:
             self._latest = weights
 
+    def in_use(self, buffer: torch.Tensor) -> bool:
+        """Whether the server may still read `buffer` (the latest version or one being sent)."""
+        with self._lock:
+            held = (self._latest, self._sending)
+        return any(w is not None and w.buffer is buffer for w in held)
+
     def _serve(self) -> None:
         while not self._stop.is_set():
             if not self._control.poll(POLL_MS):
                 continue
             identity, *request = self._control.recv_multipart()
             with self._lock:
-                weights = self._latest
+                weights = self._sending = self._latest
             asked = _parse_request(request)
             if asked is None:  # refused and counted; the server keeps serving
                 if self.on_reject is not None:
@@ -151,6 +158,8 @@ class P2PWeightServer:
                 self._answer(identity, {"error": "no version yet"})
             else:
                 self._transfer(identity, *asked, weights)
+            with self._lock:
+                self._sending = None
 
     def _answer(self, identity: bytes, reply: dict[str, Any]) -> None:
         self._control.send_multipart([identity, b"", msgpack.packb(reply)])
@@ -173,10 +182,15 @@ class P2PWeightServer:
                 self._groups[peer] = (name, pair_group(self.backend, store, 0, self.timeout_s))
             group = self._groups[peer][1]
             buffer = weights.buffer.to(self.device)
+            timeout = datetime.timedelta(seconds=self.timeout_s)
+            sent = None  # the next bucket is queued before the previous one is waited for
             for tag, (start, end) in enumerate(buckets(buffer.numel(), self.bucket_values)):
-                group.send([buffer[start:end]], 1, tag).wait(
-                    datetime.timedelta(seconds=self.timeout_s)
-                )
+                sending = group.send([buffer[start:end]], 1, tag)
+                if sent is not None:
+                    sent.wait(timeout)
+                sent = sending
+            if sent is not None:
+                sent.wait(timeout)
             self.num_served += 1
         except Exception as err:  # a dead or stuck peer must not stop the server
             self._groups.pop(peer, None)
@@ -218,8 +232,9 @@ class P2PReceiver:
     (a new one is formed after a failure or when the server names another)."""
 
     def __init__(self, worker_id: str, backend: str, timeout_s: float,
-                 curve: Curve | None = None) -> None:  # fmt: skip
+                 curve: Curve | None = None, checksum: bool = True) -> None:  # fmt: skip
         self.worker_id = worker_id
+        self.checksum = checksum
         self.backend = backend
         self.timeout_s = timeout_s
         self.curve = curve
@@ -259,24 +274,41 @@ class P2PReceiver:
         return group
 
     def fetch(
-        self, endpoint: str, should_stop: StopCheck = lambda: False
+        self,
+        endpoint: str,
+        should_stop: StopCheck = lambda: False,
+        into: torch.Tensor | None = None,
     ) -> tuple[int, torch.Tensor]:
-        """Pull the latest version from the trainer at `endpoint`; verified before it is returned.
-        Waiting for the server's answer ends early when `should_stop()` turns true."""
+        """Pull the latest version from the trainer at `endpoint` into `into` (when it has the
+        right size; else into a new buffer), verified before it is returned. Each bucket is
+        checksummed while the next one is on its way. Waiting for the server's answer ends
+        early when `should_stop()` turns true."""
         reply = self._ask(endpoint, should_stop)
         device = "cuda" if self.backend == "nccl" else "cpu"
-        buffer = torch.empty(reply.num_bytes // 4, dtype=torch.float32, device=device)
+        values = reply.num_bytes // 4
+        if into is None or into.numel() != values or into.device.type != device:
+            into = torch.empty(values, dtype=torch.float32, device=device)
+        digest = Checksum()
+        timeout = datetime.timedelta(seconds=self.timeout_s)
         try:
             group = self._pair(endpoint, reply)
-            for tag, (start, end) in enumerate(buckets(buffer.numel(), reply.bucket_values)):
-                group.recv([buffer[start:end]], 0, tag).wait(
-                    datetime.timedelta(seconds=self.timeout_s)
-                )
+            spans = buckets(values, reply.bucket_values)
+            pending = None
+            for tag, (start, end) in enumerate(spans):
+                if pending is None:
+                    pending = group.recv([into[start:end]], 0, tag)
+                pending.wait(timeout)
+                pending = None
+                if tag + 1 < len(spans):
+                    after = spans[tag + 1]
+                    pending = group.recv([into[after[0] : after[1]]], 0, tag + 1)
+                if self.checksum:
+                    digest.update(into[start:end].cpu())
         except (RuntimeError, dist.DistError) as err:
             self._group = None
             raise SyncError(
                 f"weight transfer from {endpoint} failed: {str(err).splitlines()[0]}"
             ) from None
-        buffer = buffer.cpu()
-        verify(buffer, reply.num_bytes, reply.checksum, endpoint)
-        return reply.policy_version, buffer
+        if self.checksum and digest.hexdigest() != reply.checksum:
+            raise SyncError(f"weights from {endpoint}: checksum mismatch")
+        return reply.policy_version, into

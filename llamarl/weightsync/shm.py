@@ -1,23 +1,31 @@
 """Shared-memory transport for one host: one file under /dev/shm per version.
 
-The trainer copies its weights straight into a new file's memory map (one copy, the snapshot
-that training may not overwrite), then, off its critical path, checksums it and renames it into
-place, so a reader never sees half a file. A generator maps the file, verifies size and checksum
-on the mapped pages and copies them into its model: one copy on each side, no read() buffers.
-The newest KEEP_VERSIONS files stay; a removed file stays readable for a reader that mapped it.
+Trainer: `stage` copies the weights into the pages of a file prepared beforehand (one memcpy;
+first-touch page faults of a fresh file cost about ten times the copy, so the next file is
+created and its pages populated by `prepare_next` on the publisher thread, off the critical
+path). `publish` checksums the file and renames it into place, so a path is only ever a complete
+version, and a published file is never written again; files older than KEEP_VERSIONS are
+unlinked (a reader that mapped one keeps its pages until it lets go).
+
+Generator: `fetch_shm` maps the file privately and populated, checks its size and, when asked,
+its checksum. The generator's weights are then bound to the mapped pages (`flat.bind_flat`): no
+copy at all, and every generator on the host shares one copy of the pages.
 """
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
+import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from llamarl.errors import SyncError
-from llamarl.weightsync.flat import checksum, copy_into, num_values, verify
+from llamarl.weightsync.flat import checksum, copy_into, num_values, verify, verify_size
 
 KEEP_VERSIONS = 3
 
@@ -38,20 +46,29 @@ class StagedFile:
 
 
 def map_file(path: Path, num_bytes: int, writable: bool) -> torch.Tensor:
-    """A float32 tensor over the file's pages (private copy-on-write when not `writable`)."""
-    flags = os.O_RDWR if writable else os.O_RDONLY
-    descriptor = os.open(path, flags)
+    """A float32 tensor over the file's pages, populated up front: shared and writable for the
+    trainer; private and read-only for a reader (a write would fault instead of changing the
+    pages every generator shares; making a private mapping writable would copy every page)."""
+    descriptor = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
     try:
         if writable:
             os.ftruncate(descriptor, num_bytes)
-        elif os.fstat(descriptor).st_size != num_bytes:
-            size = os.fstat(descriptor).st_size
-            raise SyncError(f"weights at {path}: {size} bytes, announced {num_bytes}")
-        access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_COPY
-        mapped = mmap.mmap(descriptor, num_bytes, access=access)
+        else:
+            verify_size_on_disk(descriptor, num_bytes, path)
+        flags = (mmap.MAP_SHARED if writable else mmap.MAP_PRIVATE) | mmap.MAP_POPULATE
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        mapped = mmap.mmap(descriptor, num_bytes, flags=flags, prot=prot)
     finally:
         os.close(descriptor)
-    return torch.frombuffer(mapped, dtype=torch.float32)
+    with warnings.catch_warnings():  # torch warns that a read-only buffer is not writable
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.frombuffer(mapped, dtype=torch.float32)
+
+
+def verify_size_on_disk(descriptor: int, num_bytes: int, path: Path) -> None:
+    size = os.fstat(descriptor).st_size
+    if size != num_bytes or num_bytes == 0:
+        raise SyncError(f"weights at {path}: {size} bytes, announced {num_bytes}")
 
 
 class ShmPublisher:
@@ -59,6 +76,10 @@ class ShmPublisher:
         self.directory = Path(directory)
         self.prefix = f"llamarl-{run_id}-{os.getpid()}-v"
         self._remove_orphans(f"llamarl-{run_id}-")
+        # The prepared file, made on the publisher thread and taken on the trainer's.
+        self._next: tuple[Path, torch.Tensor] | None = None
+        self._lock = threading.Lock()
+        self._names = itertools.count()
 
     def _remove_orphans(self, run_prefix: str) -> None:
         """Delete versions left by a trainer of this run that died without closing."""
@@ -70,33 +91,64 @@ class ShmPublisher:
     def path(self, policy_version: int) -> Path:
         return self.directory / f"{self.prefix}{policy_version}.bin"
 
-    def stage(self, model: torch.nn.Module, policy_version: int) -> StagedFile:
-        """Copy the weights into a new temporary file (the trainer's only synchronous part)."""
-        target = self.path(policy_version)
-        temp = target.with_suffix(".tmp")
+    def prepare_next(self, num_bytes: int) -> None:
+        """Create the file the next version will be staged into, its pages already in memory."""
+        with self._lock:
+            if self._next is not None:
+                return
+        temp = self.directory / f"{self.prefix}next{next(self._names)}.tmp"
         temp.touch()
-        buffer = map_file(temp, num_values(model) * 4, writable=True)
+        prepared = (temp, map_file(temp, num_bytes, writable=True))
+        with self._lock:
+            taken = self._next is None
+            if taken:
+                self._next = prepared
+        if not taken:  # the other thread was faster
+            temp.unlink(missing_ok=True)
+
+    def _take_prepared(self, num_bytes: int) -> tuple[Path, torch.Tensor]:
+        while True:
+            with self._lock:
+                prepared, self._next = self._next, None
+            if prepared is not None and prepared[1].numel() * 4 == num_bytes:
+                return prepared
+            if prepared is not None:  # the model changed size: that file is of no use
+                prepared[0].unlink(missing_ok=True)
+            self.prepare_next(num_bytes)
+
+    def stage(self, model: torch.nn.Module, policy_version: int) -> StagedFile:
+        """Copy the weights into the prepared file (the trainer's only synchronous part)."""
+        target = self.path(policy_version)
+        prepared, buffer = self._take_prepared(num_values(model) * 4)
+        temp = target.with_suffix(".tmp")
+        os.replace(prepared, temp)
         copy_into(model, buffer)
         return StagedFile(policy_version, temp, target, buffer)
 
     def publish(self, staged: StagedFile) -> tuple[str, str]:
-        """Checksum the staged file and make it visible; returns (endpoint, checksum)."""
+        """Checksum the staged file and make it visible; returns (endpoint, checksum). Then
+        prepares the file for the next version."""
         digest = checksum(staged.buffer)
         os.replace(staged.temp, staged.target)
         self.path(staged.policy_version - KEEP_VERSIONS).unlink(missing_ok=True)
+        self.prepare_next(staged.num_bytes)
         return str(staged.target), digest
 
     def close(self) -> None:
+        self._next = None
         for path in self.directory.glob(f"{self.prefix}*"):
             path.unlink(missing_ok=True)
 
 
-def fetch_shm(endpoint: str, num_bytes: int, expected_checksum: str) -> torch.Tensor:
-    """Map a published version and verify it; raises SyncError when missing, short or
-    corrupted. The tensor reads the shared pages until it is dropped."""
+def fetch_shm(endpoint: str, num_bytes: int, expected_checksum: str | None) -> torch.Tensor:
+    """Map a published version; SyncError when it is missing, of the wrong size or (when a
+    checksum is given) corrupted. The tensor reads the shared pages until it is dropped."""
     try:
         buffer = map_file(Path(endpoint), num_bytes, writable=False)
     except OSError as err:
         raise SyncError(f"weights at {endpoint}: {err.strerror}") from None
-    verify(buffer, num_bytes, expected_checksum, endpoint)
+    if expected_checksum is None:
+        verify_size(buffer, num_bytes, endpoint)
+    else:
+        verify(buffer, num_bytes, expected_checksum, endpoint)
     return buffer

@@ -10,6 +10,8 @@ from brokers.redis_server import RedisServer
 from llamarl.config import parse_config
 from llamarl.engine.model import build_policy
 from llamarl.net import BrokerEndpoints
+from llamarl.protocol import VersionAnnouncement
+from llamarl.topics import VERSIONS
 from llamarl.weightsync.channel import WeightPublisher
 from llamarl.weightsync.flat import flatten
 from workers.common import WorkerContext
@@ -65,5 +67,43 @@ def test_generator_skips_to_the_newest_version_and_recovers_from_a_failed_pull(
         assert generator.policy_version == 5 and held() == newest
         assert ctx.counters["syncs"] == 2
     finally:
+        publisher.close()
+        ctx.close()
+
+
+def test_generator_learns_of_a_version_from_the_bus_alone(
+    tmp_path: Path, redis_server: RedisServer, broker: BrokerEndpoints
+) -> None:
+    """The announcement wakes the generator: Redis holds no version, so only the `versions`
+    subscription can have told it."""
+    config = parse_config({
+        "run_id": "test", "run_dir": str(tmp_path), "model": MODEL,
+        "redis": {"url": redis_server.url},
+        "broker": {"host": broker.host, "port": broker.port},
+        "sync": {"transport": "shm"},
+    })  # fmt: skip
+    ctx = WorkerContext("generator", config, "g0")
+    generator = Generator(ctx)
+    publisher = WeightPublisher(config.sync, config.run_id)
+    trainer_bus = ctx.connect_bus()
+    try:
+        policy = build_policy(config.model, seed=7)
+        meta = publisher.publish(publisher.stage(policy.model, 4))
+        announcement = VersionAnnouncement(
+            policy_version=4, num_bytes=int(meta["num_bytes"]), checksum=str(meta["checksum"]),
+            transport="shm", endpoint=str(meta["endpoint"]),
+        )  # fmt: skip
+        heard = None
+        for _ in range(50):  # a PUB socket drops what it sends before it has connected
+            trainer_bus.publish(VERSIONS, announcement, 4)
+            if (heard := generator.newest_announced(wait_ms=200)) is not None:
+                break
+        assert ctx.store.policy_version() == -1, "nothing in Redis: the bus told it"
+        assert heard is not None and heard["policy_version"] == "4"
+        generator.sync_weights(heard)
+        assert generator.policy_version == 4
+        assert flatten(generator.policy.model, 4).checksum == meta["checksum"]
+    finally:
+        trainer_bus.close()
         publisher.close()
         ctx.close()

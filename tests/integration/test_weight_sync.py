@@ -15,10 +15,11 @@ import torch
 
 from llamarl.config import ModelConfig, SyncConfig
 from llamarl.engine.model import build_policy
+from llamarl.engine.sampling import sample
 from llamarl.errors import SyncError
 from llamarl.net import free_port_block
 from llamarl.weightsync.channel import WeightPublisher, WeightReceiver, resolve_transport
-from llamarl.weightsync.flat import FlatWeights, checksum, flatten, load_flat
+from llamarl.weightsync.flat import FlatWeights, checksum, flatten
 from llamarl.weightsync.p2p import P2PReceiver, P2PWeightServer
 from llamarl.weightsync.shm import ShmPublisher, fetch_shm
 
@@ -29,12 +30,16 @@ def receive_into_model(meta: dict[str, str], worker_id: str, out) -> None:
     """A generator: pull, swap into its own model, report the swapped weights' checksum."""
     policy = build_policy(MODEL, seed=99)  # different init: equality proves the transfer
     receiver = WeightReceiver(worker_id, timeout_s=20)
+    mapped = meta["transport"] == "shm"
     version, buffer = receiver.fetch(meta)
-    load_flat(policy.model, buffer)
-    if meta["transport"] != "shm":  # a second pull reuses the pair group formed by the first
-        again, second = receiver.fetch(meta)
-        assert again == version and torch.equal(second, buffer)
-    out.put((worker_id, version, flatten(policy.model, version).checksum, buffer.numpy().tobytes()))
+    receiver.swap_in(policy.model, buffer, mapped)
+    raw = buffer.numpy().tobytes()
+    # A second pull: over gloo it reuses the pair group and lands in the buffer the model held
+    # before (its original weights here); the model keeps the right weights throughout.
+    again, second = receiver.fetch(meta)
+    receiver.swap_in(policy.model, second, mapped)
+    assert again == version and second.numpy().tobytes() == raw
+    out.put((worker_id, version, flatten(policy.model, version).checksum, raw))
 
 
 @pytest.mark.parametrize("transport", ["gloo", "shm"])
@@ -79,8 +84,10 @@ def test_corrupted_or_truncated_shm_is_never_swapped_in(tmp_path: Path) -> None:
     data[100] ^= 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(SyncError, match="checksum mismatch"):
-        fetch_shm(str(path), incoming.num_bytes, incoming.checksum)
+        fetch_shm(str(path), incoming.num_bytes, incoming.checksum)  # sync.verify: always
     path.write_bytes(bytes(data[:-8]))
+    with pytest.raises(SyncError, match="bytes, announced"):
+        fetch_shm(str(path), incoming.num_bytes, None)  # the size is always checked
     with pytest.raises(SyncError, match="bytes, announced"):
         fetch_shm(str(path), incoming.num_bytes, incoming.checksum)
     with pytest.raises(SyncError):
@@ -148,6 +155,13 @@ def test_auto_transport_picks_nccl_on_cuda(monkeypatch: pytest.MonkeyPatch) -> N
     assert resolve_transport("gloo") == "gloo"
 
 
+def _wait_until(condition, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
 def test_pair_groups_are_kept_between_pulls_and_renewed_for_a_restarted_generator() -> None:
     server = P2PWeightServer("127.0.0.1", backend="gloo", timeout_s=5, bucket_bytes=4096)
     try:
@@ -158,12 +172,40 @@ def test_pair_groups_are_kept_between_pulls_and_renewed_for_a_restarted_generato
             version, got = receiver.fetch(server.endpoint)
             assert version == 1 and torch.equal(got, buffer)
         first_group = server.group_of("gen-0")
-        assert server.num_served == 2 and first_group is not None
+        _wait_until(lambda: server.num_served == 2)  # counted once the last send returned
+        assert first_group is not None
         # The same worker id after a restart holds no group: the server must form a new one
         # instead of sending over the old one (which would fail after a timeout).
         version, got = P2PReceiver("gen-0", "gloo", timeout_s=5).fetch(server.endpoint)
         assert torch.equal(got, buffer)
         assert server.group_of("gen-0") not in (None, first_group)
-        assert (server.num_served, server.num_failed) == (3, 0)
+        _wait_until(lambda: server.num_served == 3)
+        assert server.num_failed == 0
     finally:
         server.close()
+
+
+def test_a_generator_bound_to_shared_memory_shares_the_trainers_pages(tmp_path: Path) -> None:
+    """Zero copy: after the swap the generator's weights are the mapped file's pages, and a
+    newer version published later does not change them (a published file is never written)."""
+    trainer, generator = build_policy(MODEL, seed=1), build_policy(MODEL, seed=2)
+    publisher = ShmPublisher("test", directory=str(tmp_path))
+    receiver = WeightReceiver("gen-0", timeout_s=5)
+    try:
+        endpoint, digest = publisher.publish(publisher.stage(trainer.model, 1))
+        meta = {"transport": "shm", "endpoint": endpoint, "checksum": digest,
+                "num_bytes": str(flatten(trainer.model, 1).num_bytes), "policy_version": "1"}  # fmt: skip
+        version, buffer = receiver.fetch(meta)
+        receiver.swap_in(generator.model, buffer, mapped=True)
+        assert version == 1 and flatten(generator.model, 1).checksum == digest
+        first = next(generator.model.parameters())
+        assert first.data_ptr() == buffer.data_ptr(), "bound to the mapped pages, not copied"
+        with torch.no_grad():
+            for param in trainer.model.parameters():
+                param.add_(1.0)
+        publisher.publish(publisher.stage(trainer.model, 2))
+        assert flatten(generator.model, 1).checksum == digest, "version 1 must stay as it was"
+        prompt = [generator.tokenizer("1+2=").input_ids]
+        sample(generator, prompt, num_samples=2, max_new_tokens=3)  # the bound model runs
+    finally:
+        publisher.close()
