@@ -173,7 +173,7 @@ class Broker:
         self._dispatch(topic)
 
     def _send_to(self, identity: bytes, frames: list[bytes]) -> str:
-        """"sent"; "full" when the consumer's pipe is at its high-water mark (it keeps its
+        """ "sent"; "full" when the consumer's pipe is at its high-water mark (it keeps its
         credit for later); "gone" when it is unknown or disconnected (its credit is void)."""
         try:
             self.work_out.send_multipart([identity, *frames], flags=zmq.NOBLOCK)
