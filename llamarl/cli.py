@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     avs = bench_sub.add_parser("async-vs-sync", help="same config, both modes, side by side")
     avs.add_argument("--config", default="configs/tiny.yaml")
     avs.add_argument("--seeds", default="0,1,2", help="one interleaved sync/async pair per seed")
-    avs.add_argument("--target", type=float, default=0.5, help="held-out accuracy to time")
+    avs.add_argument("--target", type=float, default=0.75, help="held-out accuracy to time")
     avs.add_argument("--work-dir", default="runs/bench")
     avs.add_argument("--json", action="store_true", help="accepted; the last line is JSON anyway")
     avs.add_argument("--out", help="also write the JSON here")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from llamarl.errors import ConfigError
 
@@ -91,6 +91,14 @@ class TaskConfig(_Section):
     sum (a fixed number of tokens per answer); score it with verifier final_int."""
     verifier: Literal["exact_int", "final_int", "gsm8k", "math", "format"] = "exact_int"
     """Reward function applied to each completion."""
+
+    @model_validator(mode="after")
+    def _worked_answers_need_a_final_verifier(self) -> TaskConfig:
+        if self.show_work and self.verifier == "exact_int":
+            raise ValueError(
+                "verifier exact_int scores 0 on worked answers (show_work); use final_int"
+            )
+        return self
 
 
 class GenerationConfig(_Section):

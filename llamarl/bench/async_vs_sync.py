@@ -10,7 +10,10 @@ Per run: seconds per RL step, the mean over steps that neither evaluated nor fol
 evaluation (evaluation is not training; in async mode generators may run ahead during it, bounded
 by the staleness limit); tokens per second; the time to the target held-out accuracy (RL time less
 the time spent evaluating); initial and final accuracy; each role's busy seconds per step and idle
-fraction (async, from the workers' own timers) or each phase's seconds per step (sync).
+fraction (async, from the workers' own timers) or each phase's seconds per step (sync). The target
+counts as reached when the mean of the last three evaluations reaches it (one evaluation is
+noisy), so it should be a level the runs reach mid-run, not in their first steps, when the async
+pipeline is still filling.
 
 Per pair: speed-up = sync s/step / async s/step, and the bound that perfect overlap would give
 from the measured per-role times. Each role's time is measured alone, at the threads the async
@@ -94,13 +97,21 @@ def clean_step_s(records: list[dict[str, Any]], mode: str) -> float:
     return sum(times) / len(times)
 
 
+TARGET_WINDOW = 3
+"""Evaluations averaged to decide that the target is reached (one noisy evaluation is not)."""
+
+
 def time_to(records: list[dict[str, Any]], target: float) -> float | None:
-    """RL seconds, less evaluation time, until held-out accuracy first reached `target`."""
+    """RL seconds, less evaluation time, until the mean held-out accuracy of the last
+    TARGET_WINDOW evaluations first reached `target`."""
     evaluating = 0.0
+    recent: list[float] = []
     for record in records:
         evaluating += record.get("eval_s", 0.0)
-        if record.get("held_out_accuracy", -1.0) >= target:
-            return round(float(record["rl_s"]) - evaluating, 2)
+        if "held_out_accuracy" in record:
+            recent = [*recent, record["held_out_accuracy"]][-TARGET_WINDOW:]
+            if sum(recent) / len(recent) >= target:
+                return round(float(record["rl_s"]) - evaluating, 2)
     return None
 
 

@@ -80,3 +80,9 @@ def test_config_check_bad_file_exits_2_with_one_line(tmp_path: Path, text: str, 
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"config error: {field}:")
+
+
+def test_worked_answers_with_a_whole_answer_verifier_are_refused() -> None:
+    with pytest.raises(ConfigError, match="task: Value error, verifier exact_int .* use final_int"):
+        parse_config({"task": {"show_work": True}})
+    assert parse_config({"task": {"show_work": True, "verifier": "final_int"}}).task.show_work

@@ -11,7 +11,7 @@ import pytest
 
 from llamarl.config import TaskConfig
 from llamarl.tasks import make_prompt_set
-from llamarl.tasks.arithmetic import ArithmeticTask
+from llamarl.tasks.arithmetic import ArithmeticTask, worked_length, worked_sum
 
 
 def test_arithmetic_is_seeded_and_held_out_is_disjoint() -> None:
@@ -56,3 +56,18 @@ def test_prompt_file_errors_name_the_problem(tmp_path: Path) -> None:
     missing.write_text('{"prompt": "a"}\n{"prompt": "b"}\n')
     with pytest.raises(ValueError, match="row 1 lacks"):
         make_prompt_set(TaskConfig(kind="jsonl", path=str(missing), num_eval=1), 0)
+
+
+def test_worked_answers_have_one_length_and_carry_correctly() -> None:
+    task = ArithmeticTask(num_digits=3, num_eval=50, seed=0, show_work=True)
+    assert worked_sum(347, 85, 3) == "7+5+0=12 4+8+1=13 3+0+1=04 =0432"
+    assert worked_sum(999, 999, 3).endswith("9+9+1=19 =1998")
+    examples = [task.train_item(i) for i in range(500)] + task.eval_items()
+    assert {len(e.solution or "") for e in examples} == {worked_length(3)}
+    for example in examples:
+        a, b = (int(x) for x in example.prompt.rstrip("=").split("+"))
+        assert example.prompt == f"{a:03d}+{b:03d}="
+        assert int(example.answer) == a + b
+        assert example.target == example.solution and example.solution.endswith(f"={a + b:04d}")
+    plain = ArithmeticTask(num_digits=3, num_eval=50, seed=0).train_item(0)
+    assert plain.solution is None and plain.target == plain.answer

@@ -91,6 +91,22 @@ def test_exact_int(completion: str, answer: str, reward: float) -> None:
     assert make_verifier("exact_int")(completion, answer) == reward
 
 
+FINAL = [
+    ("7+5+0=12 4+8+1=13 3+0+1=04 =0432", "432", 1.0),  # leading zeros are fine
+    ("7+5+0=12 4+8+1=13 3+0+1=04 =0433", "432", 0.0),
+    ("7+5+0=12 4+8+1=13 3+0+1=04 =432 ", "432", 1.0),
+    ("7+5+0=12 4+8+1=13 3+0+1=04 =04a2", "432", 0.0),
+    ("=0432 and more", "432", 0.0),  # something after the answer
+    ("0432", "432", 0.0),  # no `=`: not the worked format
+    ("", "432", 0.0),
+]
+
+
+@pytest.mark.parametrize(("completion", "answer", "reward"), FINAL)
+def test_final_int(completion: str, answer: str, reward: float) -> None:
+    assert make_verifier("final_int")(completion, answer) == reward
+
+
 @pytest.mark.parametrize(("completion", "answer", "reward"), FORMAT)
 def test_format(completion: str, answer: str, reward: float) -> None:
     assert make_verifier("format")(completion, answer) == reward
@@ -101,7 +117,7 @@ def test_case_counts() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(max_size=200), st.sampled_from(["exact_int", "gsm8k", "format"]))
+@given(st.text(max_size=200), st.sampled_from(["exact_int", "final_int", "gsm8k", "format"]))
 def test_odd_text_never_raises(text: str, name: str) -> None:
     assert make_verifier(name)(text, text) in (0.0, 1.0)
 
