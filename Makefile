@@ -14,7 +14,7 @@ lint: setup
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=15 tests
 
 run: setup
 	$(BIN)/llamarl run configs/tiny.yaml

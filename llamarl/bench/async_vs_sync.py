@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from llamarl.bench.stats import median, spread
+from llamarl.bench.stats import median, median_time, spread
 from llamarl.config import parse_config
 from llamarl.cores import plan_threads
 
@@ -211,8 +211,8 @@ def bench(config_path: Path, seeds: list[int], target: float, work_dir: Path) ->
         )
         runs.append(pair)
     speedups = [p["speedup"] for p in runs]
-    sync_target = median([p["sync"]["s_to_target"] for p in runs])
-    async_target = median([p["async"]["s_to_target"] for p in runs])
+    sync_target = median_time([p["sync"]["s_to_target"] for p in runs])
+    async_target = median_time([p["async"]["s_to_target"] for p in runs])
     return {
         "config": str(config_path),
         "pairs": runs,
