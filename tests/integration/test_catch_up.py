@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from brokers.redis_server import RedisServer
-from llamarl.config import parse_config
+from llamarl.config import RunConfig, parse_config
 from llamarl.engine.model import build_policy
 from llamarl.net import BrokerEndpoints
 from llamarl.protocol import VersionAnnouncement
@@ -20,15 +20,20 @@ from workers.generator import Generator
 MODEL = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}
 
 
-def test_generator_skips_to_the_newest_version_and_recovers_from_a_failed_pull(
-    tmp_path: Path, redis_server: RedisServer, broker: BrokerEndpoints
-) -> None:
-    config = parse_config({
+def _config(tmp_path: Path, redis_server: RedisServer, broker: BrokerEndpoints) -> RunConfig:
+    """A tiny model on this test's Redis and broker, weights over shared memory."""
+    return parse_config({
         "run_id": "test", "run_dir": str(tmp_path), "model": MODEL,
         "redis": {"url": redis_server.url},
         "broker": {"host": broker.host, "port": broker.port},
         "sync": {"transport": "shm"},
     })  # fmt: skip
+
+
+def test_generator_skips_to_the_newest_version_and_recovers_from_a_failed_pull(
+    tmp_path: Path, redis_server: RedisServer, broker: BrokerEndpoints
+) -> None:
+    config = _config(tmp_path, redis_server, broker)
     ctx = WorkerContext("generator", config, "g0")
     generator = Generator(ctx)
     publisher = WeightPublisher(config.sync, config.run_id)
@@ -76,12 +81,7 @@ def test_generator_learns_of_a_version_from_the_bus_alone(
 ) -> None:
     """The announcement wakes the generator: Redis holds no version, so only the `versions`
     subscription can have told it."""
-    config = parse_config({
-        "run_id": "test", "run_dir": str(tmp_path), "model": MODEL,
-        "redis": {"url": redis_server.url},
-        "broker": {"host": broker.host, "port": broker.port},
-        "sync": {"transport": "shm"},
-    })  # fmt: skip
+    config = _config(tmp_path, redis_server, broker)
     ctx = WorkerContext("generator", config, "g0")
     generator = Generator(ctx)
     publisher = WeightPublisher(config.sync, config.run_id)
