@@ -37,6 +37,7 @@ from llamarl.topics import FANOUT_TOPICS, WORK_TOPICS
 
 log = structlog.get_logger(__name__)
 POLL_MS = 100
+RETRY_MS = 2  # poll timeout while a consumer that holds credit had a full pipe
 DRAIN_BATCH = 256
 MAX_CREDIT_GRANT = 1000
 CREDIT_COMMANDS = (b"READY", b"CREDIT")
@@ -194,8 +195,14 @@ class Broker:
                 self.counters["work"] += 1
             elif outcome == "full":
                 full.append(identity)
-        # Retried when the consumer returns credit, i.e. once it has read from its pipe.
+        # Retried on the next loop turn (see `_stalled`): libzmq tells a ROUTER that a peer's
+        # pipe has room again only by letting the next send through.
         credits.extendleft(reversed(full))
+
+    def _stalled(self) -> list[str]:
+        """Work topics holding both queued messages and credits: their last dispatch found the
+        consumers' pipes full, and nothing the consumers send may come to retry it."""
+        return [t for t, q in self.queues.items() if q and self.credits[t]]
 
     def _room_for_work(self) -> bool:
         return all(len(q) < self.max_queue for q in self.queues.values())
@@ -212,8 +219,11 @@ class Broker:
             for sock in (self.pub_in, self.sub_out, self.work_out, self.work_in):
                 open_.register(sock, zmq.POLLIN)
             while not self._stop.is_set():
+                stalled = self._stalled()
+                for topic in stalled:
+                    self._dispatch(topic)
                 poller = open_ if self._room_for_work() else full
-                ready = dict(poller.poll(POLL_MS))
+                ready = dict(poller.poll(RETRY_MS if stalled else POLL_MS))
                 if self.pub_in in ready:
                     _drain(self._forward_fanout)
                 if self.sub_out in ready:

@@ -10,7 +10,7 @@ import pytest
 import zmq
 
 from llamarl.bus import BusClient, query_broker_stats
-from llamarl.net import BrokerEndpoints, free_port_block
+from llamarl.net import BrokerEndpoints, free_port_block, make_socket
 from llamarl.protocol import Control, Heartbeat, VersionAnnouncement
 from llamarl.topics import CONTROL, HEARTBEATS, ROLLOUTS, VERSIONS
 from tests.conftest import start_broker_process, stop_process
@@ -208,3 +208,34 @@ def test_rate_limit_rejects_a_flooding_peer_before_decoding() -> None:
         assert 100 <= stats["queued.rollouts"] <= 300, stats
     finally:
         assert stop_process(proc) == 0
+
+
+def test_consumer_whose_pipe_was_full_gets_the_rest_without_returning_credit() -> None:
+    """The broker found the consumer's pipe full and kept its credit; once the consumer has read
+    its pipe, the rest must follow although the consumer sends nothing more (it had credit for
+    all of them from the start)."""
+    endpoints = BrokerEndpoints("127.0.0.1", free_port_block())
+    proc = start_broker_process(
+        endpoints, {"LLAMARL__BROKER__MAX_QUEUE": "100", "LLAMARL__BROKER__HWM": "2"}
+    )
+    ctx = zmq.Context()
+    try:
+        count = 40  # of 1.2 MB each: more than the loopback socket buffers hold
+        producer = BusClient(endpoints, run_id="test", sender="producer")
+        for index in range(count):
+            producer.push(ROLLOUTS, rollout_group(index, length=50_000), 0)
+        dealer = make_socket(ctx, zmq.DEALER, 2)
+        dealer.connect(endpoints.work_out)
+        dealer.send_multipart([b"CREDIT", ROLLOUTS.encode(), str(count).encode()])
+        deadline = time.monotonic() + 20
+        while query_broker_stats(endpoints)["queued.rollouts"] in (0, count):
+            assert time.monotonic() < deadline, "the broker never found the pipe full"
+        received = 0
+        while dealer.poll(5000):
+            dealer.recv_multipart()
+            received += 1
+        assert received == count
+        producer.close()
+    finally:
+        ctx.destroy(linger=0)
+        stop_process(proc)
