@@ -1,9 +1,10 @@
 # The two commands a new user needs: `make run` (the demo) and `make test` (lint, types, tests).
+# `make test-fast`: unit and contract tests only (under a minute on 2 cores), while editing.
 VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup test lint run clean
+.PHONY: setup test test-fast lint run clean
 
 setup:
 	bash scripts/setup.sh
@@ -15,6 +16,9 @@ lint: setup
 
 test: lint
 	$(BIN)/python -m pytest -q --durations=15 tests
+
+test-fast: setup
+	$(BIN)/python -m pytest -q tests/unit tests/contract
 
 run: setup
 	$(BIN)/llamarl run configs/tiny.yaml

@@ -12,10 +12,10 @@ message goes to exactly one consumer holding a credit, in grant order. The broke
 whose PUSH sockets then fill to their HWM and block: backpressure, never silent loss. Messages
 already handed to a consumer that dies are lost with it; prompt-ticket leases recover those.
 
-Every frame passes its sender's rate limit (before decoding) and is validated (known topic,
-decodable envelope, kind allowed on the topic) before it is forwarded; rejects are counted by
-reason (`llamarl.limits.Rejections`: logged once per reason per interval, batched to Redis) and the
-broker keeps serving.
+Every frame passes its sender's rate limit (before decoding) and is validated by
+`llamarl.protocol.validate_frames` (as every client validates what it receives) before it is
+forwarded; rejects are counted by reason (`llamarl.limits.Rejections`: logged once per reason per
+interval, batched to Redis) and the broker keeps serving.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from llamarl.curve import Curve
 from llamarl.errors import ProtocolError
 from llamarl.limits import RateLimiter, Rejections
 from llamarl.net import BrokerEndpoints, make_socket
-from llamarl.protocol import decode
+from llamarl.protocol import validate_frames
 from llamarl.topics import FANOUT_TOPICS, WORK_TOPICS
 
 log = structlog.get_logger(__name__)
@@ -103,25 +103,11 @@ class Broker:
 
     def _valid(self, frames: list[bytes], topics: dict[str, frozenset[str]]) -> str | None:
         """The frame's topic if it is well formed for `topics`, else None (counted)."""
-        if len(frames) != 2:
-            self._reject("bad_frames", f"{len(frames)} frames")
-            return None
-        topic = frames[0].decode("utf-8", "replace")
-        if topic not in topics:
-            self._reject("unknown_topic", topic[:40])
-            return None
         try:
-            envelope = decode(frames[1], self.max_message_bytes)
+            return validate_frames(frames, topics, self.run_id, self.max_message_bytes)[0]
         except ProtocolError as err:
             self._reject(err.reason, str(err))
             return None
-        if envelope.kind not in topics[topic]:
-            self._reject("wrong_topic", f"{envelope.kind} on {topic}")
-            return None
-        if envelope.run_id != self.run_id:
-            self._reject("wrong_run", envelope.run_id[:40])
-            return None
-        return topic
 
     def _check_subscription(self) -> None:
         """A subscriber's notice must be one frame: 0x01 (subscribe) and a fan-out topic.

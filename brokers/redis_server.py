@@ -16,6 +16,7 @@ from pathlib import Path
 
 import redis
 
+from llamarl import supervise
 from llamarl.net import free_port_block
 
 
@@ -69,7 +70,7 @@ class RedisServer:
         if self.password:
             args += ["--requirepass", self.password]
         log_file = open(self.directory / "redis.log", "ab")  # noqa: SIM115 - owned by the child
-        self.process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT)
+        self.process = supervise.start(args, stdout=log_file, stderr=subprocess.STDOUT)
         log_file.close()
         client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
         deadline = time.monotonic() + timeout_s
@@ -92,11 +93,5 @@ class RedisServer:
             client.close()
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout_s)
+        if self.process is not None:
+            supervise.stop(self.process, timeout_s)

@@ -20,10 +20,10 @@ from llamarl.errors import ConfigError
 from llamarl.limits import RateLimiter, Rejections
 from llamarl.log import configure_logging
 from llamarl.net import BrokerEndpoints
-from llamarl.version_store import VersionStore
+from llamarl.store import RedisStore
 
 
-def build_broker(config: RunConfig, store: VersionStore | None) -> Broker:
+def build_broker(config: RunConfig, store: RedisStore | None) -> Broker:
     if config.broker.port is None:
         raise ConfigError("broker.port: a standalone broker needs a port (or LLAMARL_BROKER)")
     sink = None if store is None else (lambda r, n: store.count_rejected("broker", r, n))
@@ -42,7 +42,7 @@ def build_broker(config: RunConfig, store: VersionStore | None) -> Broker:
 
 def run_broker(config: RunConfig) -> int:
     store = (
-        VersionStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
+        RedisStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
         if config.redis.url
         else None
     )

@@ -10,16 +10,33 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from llamarl.errors import ConfigError
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+class FieldConflict(ValueError):
+    """Fields that are valid alone but not together; the error line names them all, relative
+    to the model whose validator raises it."""
+
+    def __init__(self, fields: tuple[str, ...], message: str) -> None:
+        super().__init__(message)
+        self.fields = fields
+        self.message = message
 
 
 class RedisConfig(_Section):
@@ -72,6 +89,28 @@ class ModelConfig(_Section):
     max_position_embeddings: int = Field(64, ge=8, le=131072)
     """Longest prompt + completion the built model handles."""
 
+    @model_validator(mode="after")
+    def _fields_agree(self) -> ModelConfig:
+        if self.path is not None:
+            return self
+        # The built model (path null) has the char tokenizer, which carries no chat template.
+        if self.chat_template:
+            raise FieldConflict(
+                ("chat_template", "path"), "the built model's tokenizer has no chat template"
+            )
+        if self.hidden_size % self.num_heads:
+            raise FieldConflict(
+                ("hidden_size", "num_heads"),
+                f"{self.hidden_size} is not a multiple of {self.num_heads} heads",
+            )
+        # Rotary embeddings rotate pairs of each head's dimensions.
+        if (self.hidden_size // self.num_heads) % 2:
+            raise FieldConflict(
+                ("hidden_size", "num_heads"),
+                f"head width {self.hidden_size // self.num_heads} is odd; RoPE needs an even one",
+            )
+        return self
+
 
 class TaskConfig(_Section):
     kind: Literal["arithmetic", "jsonl", "parquet"] = "arithmetic"
@@ -93,10 +132,30 @@ class TaskConfig(_Section):
     """Reward function applied to each completion."""
 
     @model_validator(mode="after")
-    def _worked_answers_need_a_final_verifier(self) -> TaskConfig:
+    def _fields_agree(self) -> TaskConfig:
+        if self.kind != "arithmetic" and self.path is None:
+            raise FieldConflict(
+                ("kind", "path"), f"kind {self.kind} reads prompts from path; set it"
+            )
+        if self.kind == "arithmetic" and self.path is not None:
+            raise FieldConflict(
+                ("kind", "path"), "kind arithmetic ignores path; set kind jsonl or parquet"
+            )
+        if self.show_work and self.kind != "arithmetic":
+            raise FieldConflict(
+                ("show_work", "kind"), f"show_work applies to kind arithmetic only, not {self.kind}"
+            )
         if self.show_work and self.verifier == "exact_int":
-            raise ValueError(
-                "verifier exact_int scores 0 on worked answers (show_work); use final_int"
+            raise FieldConflict(
+                ("show_work", "verifier"),
+                "verifier exact_int scores 0 on worked answers; use final_int",
+            )
+        num_pairs = (10**self.num_digits) ** 2
+        if self.kind == "arithmetic" and self.num_eval * 4 > num_pairs:
+            raise FieldConflict(
+                ("num_eval", "num_digits"),
+                f"{self.num_eval} held out of {num_pairs} pairs leaves too few to train on "
+                f"(at most {num_pairs // 4})",
             )
         return self
 
@@ -115,6 +174,15 @@ class GenerationConfig(_Section):
     """Sampling temperature; behaviour log-probs are taken under the tempered distribution."""
     top_p: float = Field(1.0, gt=0, le=1)
     """Nucleus sampling mass; see README for how truncation enters mu and pi."""
+
+    @model_validator(mode="after")
+    def _fields_agree(self) -> GenerationConfig:
+        if self.min_new_tokens > self.max_new_tokens:
+            raise FieldConflict(
+                ("min_new_tokens", "max_new_tokens"),
+                f"{self.min_new_tokens} > {self.max_new_tokens}: EOS would be banned past the end",
+            )
+        return self
 
 
 class AlgorithmConfig(_Section):
@@ -166,23 +234,89 @@ class StalenessConfig(_Section):
     """A claimed prompt ticket is reissued when its lease is not renewed for this long."""
 
 
-class SyncConfig(_Section):
-    transport: Literal["auto", "gloo", "nccl", "shm"] = "auto"
-    """Weight transport; auto = nccl on CUDA, else shm on one host, else gloo."""
-    host: str = "127.0.0.1"
-    """Address the trainer's weight server binds (gloo/nccl); 0.0.0.0 in containers."""
-    advertise_host: str | None = None
-    """Address generators use to reach the weight server; null means `host`."""
-    bucket_mb: float = Field(16.0, gt=0, le=65536)
-    """Bucket size weights are streamed in."""
+class _SyncBase(_Section):
+    """What every weight transport shares: the wait bound, verification and publish cadence."""
+
+    transport: str
+    """Weight transport, the discriminator of `SyncConfig` (each variant narrows it)."""
     timeout_s: float = Field(60.0, gt=0, le=3600)
     """Every transfer wait times out after this, naming the peer."""
     verify: Literal["auto", "always", "size"] = "auto"
     """auto: a generator checks the xxh3 checksum of every version received over the network and
     the size of shared-memory ones (complete by construction: written, then renamed into place);
-    always: checksums everywhere; size: sizes only (trusted networks)."""
+    always: checksums everywhere; size: sizes only (trusted networks). local moves no bytes and
+    checks only that the architectures agree."""
     every_steps: int = Field(1, ge=1, le=1_000_000)
     """Publish a new policy version every this many optimizer steps."""
+
+
+class _NetworkSync(_SyncBase):
+    """A transport with a weight server that generators reach over TCP."""
+
+    host: str = "127.0.0.1"
+    """Address the trainer's weight server binds; 0.0.0.0 in containers."""
+    advertise_host: str | None = None
+    """Address generators use to reach the weight server; null means `host`."""
+    bucket_mb: float = Field(16.0, gt=0, le=65536)
+    """Bucket size weights are streamed in."""
+
+
+class ShmSync(_SyncBase):
+    """One host: every version is a file under /dev/shm that generators map (zero copy)."""
+
+    transport: Literal["shm"] = "shm"
+    """Shared memory."""
+
+
+class GlooSync(_NetworkSync):
+    """CPUs on any hosts: torch.distributed gloo send/recv in a two-rank group per generator."""
+
+    transport: Literal["gloo"] = "gloo"
+    """Point-to-point gloo."""
+
+
+class NcclSync(_NetworkSync):
+    """GPUs: as gloo, over NCCL, into CUDA buffers."""
+
+    transport: Literal["nccl"] = "nccl"
+    """Point-to-point NCCL."""
+
+
+class LocalSync(_SyncBase):
+    """Trainer and generator in one process taking turns (the synchronous baseline): the
+    generator's weights are the trainer's tensors, nothing is copied."""
+
+    transport: Literal["local"] = "local"
+    """In-process hand-over."""
+
+
+class AutoSync(_NetworkSync):
+    """Chosen where the publisher or receiver is built (`weightsync.resolve_transport`): nccl on
+    CUDA, else shm when the weight server's address (advertise_host, else host) is this host's,
+    else gloo. It carries the network fields because it may become nccl or gloo."""
+
+    transport: Literal["auto"] = "auto"
+    """Resolved per process by the rule above; set a transport explicitly when the trainer and
+    generators would resolve it differently (a receiver refuses a version announced over
+    another transport)."""
+
+
+def _transport_defaults_to_auto(value: Any) -> Any:
+    """A `sync` section without `transport` (or only env overrides of other fields) is auto."""
+    if isinstance(value, dict) and "transport" not in value:
+        return {**value, "transport": "auto"}
+    return value
+
+
+SyncConfig = Annotated[
+    ShmSync | GlooSync | NcclSync | LocalSync | AutoSync,
+    Field(discriminator="transport"),
+    BeforeValidator(_transport_defaults_to_auto),
+]
+"""The weight transport's section, one variant per transport, each with only its own fields; an
+error names the variant, e.g. `sync.shm.host: Extra inputs are not permitted`."""
+ConcreteSync = ShmSync | GlooSync | NcclSync | LocalSync
+"""A `SyncConfig` with auto resolved."""
 
 
 class WorkersConfig(_Section):
@@ -206,6 +340,16 @@ class WorkersConfig(_Section):
     max_restarts: int = Field(3, ge=0, le=1000)
     """`llamarl run` restarts a dead generator or reward worker up to this many times each."""
 
+    @model_validator(mode="after")
+    def _fields_agree(self) -> WorkersConfig:
+        # The liveness key expires after the TTL and is rewritten every beat.
+        if self.heartbeat_ttl_s <= self.heartbeat_s:
+            raise FieldConflict(
+                ("heartbeat_ttl_s", "heartbeat_s"),
+                "a live worker would be reported dead between beats; make the TTL longer",
+            )
+        return self
+
 
 class RunConfig(_Section):
     run_id: str = Field("llamarl", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
@@ -222,8 +366,25 @@ class RunConfig(_Section):
     algorithm: AlgorithmConfig = AlgorithmConfig()
     trainer: TrainerConfig = TrainerConfig()
     staleness: StalenessConfig = StalenessConfig()
-    sync: SyncConfig = SyncConfig()
+    sync: SyncConfig = AutoSync()
     workers: WorkersConfig = WorkersConfig()
+
+    @model_validator(mode="after")
+    def _sections_agree(self) -> RunConfig:
+        # Both advantages are group baselines: a group of one has none, so every advantage is 0.
+        if self.generation.num_samples < 2:
+            raise FieldConflict(
+                ("generation.num_samples", "algorithm.advantage"),
+                f"{self.algorithm.advantage} needs 2 or more samples a prompt to learn anything",
+            )
+        model = self.model
+        if model.path is None and self.generation.max_new_tokens >= model.max_position_embeddings:
+            raise FieldConflict(
+                ("generation.max_new_tokens", "model.max_position_embeddings"),
+                f"{self.generation.max_new_tokens} new tokens leave no room for a prompt in "
+                f"{model.max_position_embeddings} positions",
+            )
+        return self
 
 
 _ENV_ALIASES = {
@@ -266,6 +427,11 @@ def env_overrides(environ: dict[str, str]) -> list[tuple[tuple[str, ...], Any]]:
 def _format_validation_error(err: ValidationError) -> str:
     first = err.errors()[0]
     path = ".".join(str(part) for part in first["loc"]) or "<root>"
+    conflict = first.get("ctx", {}).get("error")
+    if isinstance(conflict, FieldConflict):
+        prefix = [str(part) for part in first["loc"]]
+        fields = ", ".join(".".join([*prefix, field]) for field in conflict.fields)
+        return f"{fields}: {conflict.message}"
     more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
     return f"{path}: {first['msg']}{more}"
 

@@ -20,21 +20,24 @@ log = structlog.get_logger(__name__)
 RejectSink = Callable[[str, int], None]
 RejectHook = Callable[[str, str], None]
 """What a receiver calls with (reason, detail) for each refused input: `Rejections.record`."""
+Clock = Callable[[], float]
+"""Seconds from an arbitrary origin, never going back (`time.monotonic`; tests inject one)."""
 MAX_PEERS = 10_000
 
 
 class RateLimiter:
     """At most `rate` frames a second per peer, with bursts up to `burst`; 0 means no limit."""
 
-    def __init__(self, rate: float, burst: float) -> None:
+    def __init__(self, rate: float, burst: float, *, clock: Clock = time.monotonic) -> None:
         self.rate = rate
         self.burst = burst
+        self.clock = clock
         self._buckets: dict[bytes, tuple[float, float]] = {}
 
     def allow(self, peer: bytes) -> bool:
         if self.rate <= 0:
             return True
-        now = time.monotonic()
+        now = self.clock()
         tokens, last = self._buckets.get(peer, (self.burst, now))
         tokens = min(self.burst, tokens + (now - last) * self.rate)
         if len(self._buckets) >= MAX_PEERS and peer not in self._buckets:
@@ -57,16 +60,18 @@ class Rejections:
         *,
         log_interval_s: float = 60.0,
         flush_interval_s: float = 1.0,
+        clock: Clock = time.monotonic,
     ) -> None:
         self.source = source
         self.sink = sink
         self.log_interval_s = log_interval_s
         self.flush_interval_s = flush_interval_s
+        self.clock = clock
         self.total: Counter[str] = Counter()
         self._pending: Counter[str] = Counter()
         self._unlogged: Counter[str] = Counter()
         self._last_log: dict[str, float] = {}
-        self._last_flush = time.monotonic()
+        self._last_flush = clock()
         self._lock = threading.Lock()
 
     def record(self, reason: str, detail: str = "") -> None:
@@ -78,7 +83,7 @@ class Rejections:
         self.total[reason] += 1
         self._pending[reason] += 1
         self._unlogged[reason] += 1
-        now = time.monotonic()
+        now = self.clock()
         last = self._last_log.get(reason)
         if last is None or now - last >= self.log_interval_s:
             log.warning(
@@ -95,7 +100,7 @@ class Rejections:
         """Add the counts not yet written to the sink (Redis `rejected` hash); unless `force`,
         at most once per `flush_interval_s`. Counts stay pending if the sink fails."""
         with self._lock:
-            now = time.monotonic()
+            now = self.clock()
             if not force and now - self._last_flush < self.flush_interval_s:
                 return
             self._last_flush = now

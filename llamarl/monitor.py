@@ -13,10 +13,10 @@ import sys
 import time
 
 from llamarl.config import load_config, parse_config
-from llamarl.version_store import VersionStore
+from llamarl.store import RedisStore, Store
 
 
-def progress_line(store: VersionStore, total_steps: int) -> str:
+def progress_line(store: Store, total_steps: int) -> str:
     trainer = next((w.fields for w in store.workers() if w.worker_id == "trainer"), {})
     ledger = store.ledger()
     return (
@@ -29,7 +29,7 @@ def progress_line(store: VersionStore, total_steps: int) -> str:
     )
 
 
-def snapshot(store: VersionStore, total_steps: int) -> str:
+def snapshot(store: RedisStore, total_steps: int) -> str:
     lines = [f"run {store.run_id}: {progress_line(store, total_steps)}"]
     now = time.time()
     for worker in store.workers():
@@ -52,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
     if config.redis.url is None:
         print("monitor: no redis.url (set it in the config or LLAMARL_REDIS_URL)", file=sys.stderr)
         return 2
-    store = VersionStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
+    store = RedisStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
     try:
         while True:
             print(snapshot(store, config.trainer.num_steps), flush=True)

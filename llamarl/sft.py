@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from llamarl.engine.model import Policy
+from llamarl.config import RunConfig
+from llamarl.engine.model import Policy, make_policy
 from llamarl.tasks import PromptSet
 
 
@@ -46,3 +47,20 @@ def supervised_warm_start(
         optimizer.step()
         losses.append(float(loss.detach()))
     return losses
+
+
+def starting_policy(config: RunConfig, prompt_set: PromptSet) -> Policy:
+    """The policy RL starts from: loaded or built, then warm-started when sft_steps > 0 (seeded
+    from the config, leaving the caller's RNG state as it was)."""
+    policy = make_policy(config.model, config.seed)
+    if config.trainer.sft_steps:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            supervised_warm_start(
+                policy,
+                prompt_set,
+                steps=config.trainer.sft_steps,
+                lr=config.trainer.sft_lr,
+                batch_size=config.trainer.sft_batch_size,
+            )
+    return policy

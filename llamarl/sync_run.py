@@ -1,106 +1,96 @@
-"""The synchronous baseline: generate -> score -> train in one process, one version at a time.
+"""The synchronous baseline: the same generator, reward scorer and trainer components as an async
+run, placed in one process and run in lock step: generate a step's prompts -> score -> train ->
+publish, one version at a time (staleness 0).
 
-It uses the same packing, scoring, collation and learner code as the async workers, so the async
-run can be judged against it. Writes RUN_DIR/metrics.jsonl and returns the run summary.
+Only the placement differs from an async run: the store is a `MemoryStore`, the bus a `MemoryHub`,
+and the weight transport the in-process one (the generator samples with the trainer's own model),
+which is what `llamarl bench async-vs-sync` compares. Writes RUN_DIR/metrics.jsonl (with each
+step's phase seconds: generate_s, score_s, train_s, step_s) and returns the run summary.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
+import zlib
 from typing import Any
 
 import torch
 
-from llamarl.config import RunConfig
-from llamarl.engine.model import Policy, make_policy
-from llamarl.engine.sampling import sample
-from llamarl.evaluate import accuracy
-from llamarl.learner import Learner
-from llamarl.metrics import MetricsWriter
-from llamarl.rewards import make_verifier
-from llamarl.rollouts import pack_groups, score_group, train_group
-from llamarl.sft import supervised_warm_start
-from llamarl.tasks import PromptSet, make_prompt_set
+from llamarl.bus import MemoryHub
+from llamarl.config import LocalSync, RunConfig
+from llamarl.limits import Rejections
+from llamarl.roles import build
+from llamarl.roles.generator import Generator
+from llamarl.roles.runtime import RoleRuntime
+from llamarl.store import MemoryStore
+from llamarl.tasks import make_prompt_set
+from llamarl.weightsync import make_publisher, make_receiver
+
+WAIT_MS = 1000
+"""Longest wait for the trainer's new version to be announced (it is one thread away)."""
 
 
-def prepare_policy(config: RunConfig, prompt_set: PromptSet) -> Policy:
-    """The starting policy: loaded or built, then warm-started when sft_steps > 0."""
-    policy = make_policy(config.model, config.seed)
-    if config.trainer.sft_steps:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            supervised_warm_start(
-                policy,
-                prompt_set,
-                steps=config.trainer.sft_steps,
-                lr=config.trainer.sft_lr,
-                batch_size=config.trainer.sft_batch_size,
-            )
-    return policy
+def lock_step_config(config: RunConfig) -> RunConfig:
+    """The run's config for lock step: no lag, one claim per step, the in-process transport."""
+    pps = config.trainer.prompts_per_step
+    return config.model_copy(
+        update={
+            "staleness": config.staleness.model_copy(update={"max_staleness": 0}),
+            "generation": config.generation.model_copy(update={"prompts_per_batch": pps}),
+            "sync": LocalSync(
+                **config.sync.model_dump(include=set(LocalSync.model_fields) - {"transport"})
+            ),
+        }
+    )
 
 
 def run_sync(config: RunConfig) -> dict[str, Any]:
-    started = time.monotonic()
-    prompt_set = make_prompt_set(config.task, config.seed)
-    verifier = make_verifier(config.task.verifier)
-    held_out = prompt_set.eval_items()
-    gen = config.generation
-    policy = prepare_policy(config, prompt_set)
-    learner = Learner(
-        policy, config.algorithm, config.trainer, gen.temperature,
-        min_new_tokens=gen.min_new_tokens,
-    )  # fmt: skip
-    generator = torch.Generator().manual_seed(config.seed)
-    metrics = MetricsWriter(Path(config.run_dir) / "metrics.jsonl")
+    config = lock_step_config(config)
+    store = MemoryStore()
+    hub = MemoryHub(config.run_id, max_queue=config.broker.max_queue)
 
-    def evaluate() -> float:
-        return accuracy(policy, held_out, verifier, gen.max_new_tokens, gen.min_new_tokens)
-
-    initial = evaluate()
-    rl_started = time.monotonic()
-    final = initial
-    eval_total = 0.0
-    pps = config.trainer.prompts_per_step
-    for step in range(config.trainer.num_steps):
-        step_started = time.monotonic()
-        examples = [prompt_set.train_item(step * pps + i) for i in range(pps)]
-        batch = sample(
-            policy,
-            [policy.encode_prompt(e.prompt) for e in examples],
-            num_samples=gen.num_samples,
-            max_new_tokens=gen.max_new_tokens,
-            min_new_tokens=gen.min_new_tokens,
-            temperature=gen.temperature,
-            top_p=gen.top_p,
-            generator=generator,
+    def runtime(role: str, worker_id: str) -> RoleRuntime:
+        rejections = Rejections(
+            role, lambda reason, count: store.count_rejected(role, reason, count)
         )
-        tickets = [(e.index, 0) for e in examples]
-        groups = pack_groups(policy, batch, examples, tickets, policy_version=step)
-        generated = time.monotonic()
-        scored = [score_group(g, verifier, config.task.verifier) for g in groups]
-        record: dict[str, Any] = {"step": step + 1, "policy_version": step + 1}
-        scored_at = time.monotonic()
-        record |= learner.step([train_group(item) for item in scored])
-        trained = time.monotonic()
-        record |= {"generate_s": generated - step_started, "score_s": scored_at - generated,
-                   "train_s": trained - scored_at}  # fmt: skip
-        if (step + 1) % config.trainer.eval_every == 0 or step + 1 == config.trainer.num_steps:
-            final = record["held_out_accuracy"] = evaluate()
-            record["eval_s"] = time.monotonic() - trained
-            eval_total += record["eval_s"]
-        step_s = time.monotonic() - step_started
-        record |= {"step_s": step_s, "tokens_per_s": record["num_tokens"] / step_s}
-        record["wall_s"] = time.monotonic() - started
-        record["rl_s"] = time.monotonic() - rl_started
-        metrics.write(record)
-    metrics.close()
-    return {
-        "mode": "sync",
-        "steps": config.trainer.num_steps,
-        "wall_s": round(time.monotonic() - started, 2),
-        "rl_wall_s": round(time.monotonic() - rl_started, 2),
-        "eval_s": round(eval_total, 2),
-        "initial_accuracy": initial,
-        "final_accuracy": final,
-    }
+
+        def bus() -> Any:
+            return hub.client(worker_id, on_reject=rejections.record)
+
+        return RoleRuntime(role, config, worker_id, store, bus(), rejections, bus)
+
+    runtimes = [runtime("trainer", "trainer"), runtime("generator", "generator-0"),
+                runtime("reward", "reward-0")]  # fmt: skip
+    trainer_rt, generator_rt, reward_rt = runtimes
+    trainer = build.trainer(trainer_rt, make_publisher(config.sync, config.run_id, None, None))
+    rng = torch.Generator().manual_seed(config.seed * 100_003 + zlib.crc32(b"generator-0"))
+    generator = Generator(
+        generator_rt,
+        trainer.policy,
+        make_prompt_set(config.task, config.seed),
+        make_receiver(config.sync, "generator-0", None),
+        rng,
+    )
+    scorer = build.reward(reward_rt)
+    try:
+        trainer.start()
+        while not trainer.done:
+            started = time.monotonic()
+            wait_ms = 0
+            while not generator.step(wait_ms):
+                wait_ms = WAIT_MS
+            generated = time.monotonic()
+            scorer.score_waiting(0)
+            scored = time.monotonic()
+            if not trainer.gather(WAIT_MS):
+                raise RuntimeError("the step's scored groups did not reach the trainer")
+            trainer.train_step(
+                {"generate_s": generated - started, "score_s": scored - generated},
+                step_started=started,
+            )
+        return {"mode": "sync"} | trainer.finish()
+    finally:
+        trainer.close()
+        for each in runtimes:
+            each.close()
+        store.close()

@@ -88,7 +88,7 @@ def main() -> int:
     config_path = work / "soak.yaml"
     config_path.write_text(yaml.safe_dump(tree))
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "llamarl.cli", "run", str(config_path)],
+        [sys.executable, "-m", "workers.cli", "run", str(config_path)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     series: dict[str, list[tuple[float, float]]] = {}

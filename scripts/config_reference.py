@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import typing
+
 from pydantic import BaseModel
 
 from llamarl.config import RunConfig
@@ -16,12 +18,50 @@ def _bound(meta: object) -> str:
     return str(meta).replace("|", "\\|")
 
 
+def _variants(annotation: object) -> list[type[BaseModel]]:
+    """The models of a discriminated union (e.g. `sync`), [] for anything else."""
+    args = typing.get_args(annotation)
+    if args and typing.get_origin(args[0]) is not None and typing.get_args(args[0]):
+        args = typing.get_args(args[0])  # Annotated[Union[...], ...]
+    return [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+
+
+def union_rows(variants: list[type[BaseModel]], prefix: str, default: str) -> list[str]:
+    """One row for the discriminator (`transport`), then each field once, naming the variants
+    that have it."""
+    names = [v.model_fields["transport"].default for v in variants]
+    out = [f"| `{prefix}transport` | one of {', '.join(repr(n) for n in names)} | `{default!r}` | "
+           "Weight transport; each has only its own fields (below). |"]  # fmt: skip
+    seen: list[str] = []
+    for variant in variants:
+        for name in variant.model_fields:
+            if name != "transport" and name not in seen:
+                seen.append(name)
+    for name in seen:
+        owners = [n for v, n in zip(variants, names, strict=True) if name in v.model_fields]
+        model = next(v for v in variants if name in v.model_fields)
+        (row,) = rows_of(model, prefix, {name})
+        scope = "" if len(owners) == len(variants) else f"({', '.join(owners)} only) "
+        head, meaning = row.rsplit(" | ", 1)
+        out.append(f"{head} | {scope}{meaning}")
+    return out
+
+
 def rows(model: type[BaseModel], prefix: str = "") -> list[str]:
+    return rows_of(model, prefix, set(model.model_fields))
+
+
+def rows_of(model: type[BaseModel], prefix: str, names: set[str]) -> list[str]:
     out = []
     for name, field in model.model_fields.items():
+        if name not in names:
+            continue
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             out += rows(annotation, f"{prefix}{name}.")
+            continue
+        if variants := _variants(annotation):
+            out += union_rows(variants, f"{prefix}{name}.", field.default.transport)
             continue
         bounds = " ".join(_bound(m) for m in field.metadata)
         kind = str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from brokers.redis_server import RedisServer
+from llamarl import supervise
 from llamarl.bus import query_broker_stats
 from llamarl.curve import Curve
 from llamarl.net import BrokerEndpoints, free_port_block
-from llamarl.version_store import VersionStore
+from llamarl.store import RedisStore
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -28,8 +29,8 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 @pytest.fixture
-def store(redis_server: RedisServer) -> Iterator[VersionStore]:
-    store = VersionStore(redis_server.url, "test", connect_deadline_s=5)
+def store(redis_server: RedisServer) -> Iterator[RedisStore]:
+    store = RedisStore(redis_server.url, "test", connect_deadline_s=5)
     yield store
     store.close()
 
@@ -39,7 +40,7 @@ def start_broker_process(
 ) -> subprocess.Popen[bytes]:
     env = {**os.environ, "LLAMARL_BROKER": str(endpoints), "LLAMARL_RUN_ID": "test"}
     env.update(extra_env or {})
-    proc = subprocess.Popen(
+    proc = supervise.start(
         [sys.executable, "-m", "brokers", "--log-format", "json"],
         env=env,
         cwd=REPO,
@@ -56,20 +57,9 @@ def start_broker_process(
             assert time.monotonic() < deadline, "broker did not come up"
 
 
-def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 10) -> int:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout_s)
-    return proc.returncode
-
-
 @pytest.fixture
 def broker() -> Iterator[BrokerEndpoints]:
     endpoints = BrokerEndpoints("127.0.0.1", free_port_block())
     proc = start_broker_process(endpoints)
     yield endpoints
-    stop_process(proc)
+    supervise.stop(proc)

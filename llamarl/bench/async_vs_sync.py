@@ -48,8 +48,10 @@ class RunResult:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The installed `llamarl` command (beside this interpreter), as a user runs it."""
+    llamarl = Path(sys.executable).parent / "llamarl"
     return subprocess.run(
-        [sys.executable, "-m", "llamarl.cli", "--log-format", "json", *args],
+        [str(llamarl), "--log-format", "json", *args],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
 

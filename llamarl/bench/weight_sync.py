@@ -19,12 +19,14 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from pydantic import TypeAdapter
 
 from llamarl.bench.stats import spread
 from llamarl.config import SyncConfig
 from llamarl.net import free_port_block
-from llamarl.weightsync.channel import WeightPublisher, WeightReceiver
-from llamarl.weightsync.p2p import buckets, pair_group
+from llamarl.weightsync import make_publisher, make_receiver
+from llamarl.weightsync.gloo import gloo_pair_group
+from llamarl.weightsync.p2p import buckets
 
 NUM_TENSORS = 32
 TIMEOUT_S = 120.0
@@ -66,7 +68,7 @@ def memcpy_s(num_bytes: int, repeats: int) -> list[float]:
 def _raw_peer(rank: int, port: int, num_bytes: int, bucket_values: int, repeats: int, out) -> None:
     torch.set_num_threads(1)
     store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, timedelta(TIMEOUT_S))
-    group = pair_group("gloo", store, rank, TIMEOUT_S)
+    group = gloo_pair_group(store, rank, TIMEOUT_S)
     buffer = torch.randn(num_bytes // 4) if rank == 0 else torch.empty(num_bytes // 4)
     times = []
     for _ in range(repeats + 1):  # the first round warms the connection up
@@ -101,18 +103,28 @@ def raw_gloo_s(num_bytes: int, bucket_values: int, repeats: int) -> list[float]:
     return times
 
 
-def _generator(worker_id: str, num_bytes: int, verify: str, go, out) -> None:
+def _sync_config(transport: str, verify: str, bucket_mb: float) -> SyncConfig:
+    """The arm's `sync` section; `bucket_mb` where the transport streams in buckets."""
+    fields = {"transport": transport, "timeout_s": TIMEOUT_S, "verify": verify}
+    config: SyncConfig = TypeAdapter(SyncConfig).validate_python(fields)
+    if "bucket_mb" in type(config).model_fields:
+        config = config.model_copy(update={"bucket_mb": bucket_mb})
+    return config
+
+
+def _generator(worker_id: str, config: SyncConfig, num_bytes: int, go, out) -> None:
     """Pull each announced version and swap it into a model, as a generator does; report the
     seconds each pull took."""
     torch.set_num_threads(1)
     model = FlatModel(num_bytes, seed=1)
-    receiver = WeightReceiver(worker_id, TIMEOUT_S, verify=verify)
+    receiver = make_receiver(config, worker_id)
     while (meta := go.get(timeout=TIMEOUT_S * 4)) is not None:
         started = time.perf_counter()
         version, buffer = receiver.fetch(meta)
-        receiver.swap_in(model, buffer, mapped=meta["transport"] == "shm")
+        receiver.swap_in(model, buffer)
         del buffer
         out.put((worker_id, version, time.perf_counter() - started))
+    receiver.close()
 
 
 def transport_rounds(
@@ -128,17 +140,15 @@ def transport_rounds(
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     queues = [ctx.Queue() for _ in range(num_generators)]
+    config = _sync_config(transport, verify, bucket_mb)
     procs = [
-        ctx.Process(target=_generator, args=(f"gen-{i}", num_bytes, verify, queues[i], out))
+        ctx.Process(target=_generator, args=(f"gen-{i}", config, num_bytes, queues[i], out))
         for i in range(num_generators)
     ]
     for proc in procs:
         proc.start()
     trainer = FlatModel(num_bytes, seed=0)
-    config = SyncConfig(
-        transport=transport, bucket_mb=bucket_mb, timeout_s=TIMEOUT_S, verify=verify
-    )
-    publisher = WeightPublisher(config, f"bench-{transport}")
+    publisher = make_publisher(config, f"bench-{transport}")
     rounds: dict[str, list[float]] = {"stage_s": [], "publish_s": [], "pull_s": []}
     try:
         for version in range(repeats + WARMUP_ROUNDS):

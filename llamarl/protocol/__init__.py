@@ -2,6 +2,7 @@
 
 from llamarl.protocol.arrays import TypedArray
 from llamarl.protocol.codec import decode, encode
+from llamarl.protocol.frames import validate_frames
 from llamarl.protocol.messages import (
     Control,
     Envelope,
@@ -23,4 +24,5 @@ __all__ = [
     "decode",
     "encode",
     "make_envelope",
+    "validate_frames",
 ]

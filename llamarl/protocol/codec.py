@@ -13,18 +13,12 @@ import msgpack
 
 from llamarl.errors import ProtocolError
 from llamarl.protocol.messages import PAYLOAD_TYPES, SCHEMA_VERSION, Envelope
-from llamarl.protocol.schema import from_wire, to_wire
+from llamarl.protocol.schema import field_types, from_wire, scalar, to_wire
 
-ENVELOPE_FIELDS = {
-    "kind": str,
-    "schema_version": int,
-    "msg_id": str,
-    "run_id": str,
-    "sender": str,
-    "created_at": float,
-    "policy_version": int,
-    "payload": dict,
-}
+# The envelope's wire fields and their types come from the Envelope dataclass, checked by the
+# same rule as every payload field; only the payload's type depends on the kind.
+ENVELOPE_KEYS = frozenset(field_types(Envelope))
+HEADER_TYPES = {name: typ for name, typ in field_types(Envelope).items() if name != "payload"}
 MAX_TEXT = 1 << 20
 MAX_ITEMS = 4096
 
@@ -73,26 +67,16 @@ def _unpack(data: bytes, max_bytes: int) -> Any:
 def decode(data: bytes, max_bytes: int) -> Envelope:
     """Decode and validate one envelope; raises ProtocolError on anything malformed."""
     wire = _unpack(data, max_bytes)
-    if not isinstance(wire, dict) or set(wire) != set(ENVELOPE_FIELDS):
+    if type(wire) is not dict or wire.keys() != ENVELOPE_KEYS:
         raise ProtocolError("bad_schema", "not an envelope")
-    for name, typ in ENVELOPE_FIELDS.items():
-        value = wire[name]
-        if typ is float and type(value) is int:
-            continue
-        if type(value) is not typ:
-            raise ProtocolError("bad_schema", f"envelope.{name}: expected {typ.__name__}")
-    if wire["schema_version"] != SCHEMA_VERSION:
-        raise ProtocolError("unknown_version", f"schema_version {wire['schema_version']}")
-    payload_type = PAYLOAD_TYPES.get(wire["kind"])
+    header = {
+        name: scalar(wire[name], typ, f"envelope.{name}") for name, typ in HEADER_TYPES.items()
+    }
+    if type(wire["payload"]) is not dict:
+        raise ProtocolError("bad_schema", "envelope.payload: expected dict")
+    if header["schema_version"] != SCHEMA_VERSION:
+        raise ProtocolError("unknown_version", f"schema_version {header['schema_version']}")
+    payload_type = PAYLOAD_TYPES.get(header["kind"])
     if payload_type is None:
-        raise ProtocolError("unknown_kind", f"kind {wire['kind'][:40]!r}")
-    return Envelope(
-        kind=wire["kind"],
-        schema_version=wire["schema_version"],
-        msg_id=wire["msg_id"],
-        run_id=wire["run_id"],
-        sender=wire["sender"],
-        created_at=float(wire["created_at"]),
-        policy_version=wire["policy_version"],
-        payload=from_wire(payload_type, wire["payload"]),
-    )
+        raise ProtocolError("unknown_kind", f"kind {header['kind'][:40]!r}")
+    return Envelope(**header, payload=from_wire(payload_type, wire["payload"]))

@@ -20,7 +20,7 @@ MAX_MAP_ITEMS = 256
 
 
 @cache
-def _field_types(cls: Any) -> dict[str, Any]:
+def field_types(cls: Any) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
@@ -28,7 +28,7 @@ def _field_types(cls: Any) -> dict[str, Any]:
 def to_wire(payload: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     cls: Any = type(payload)
-    for name in _field_types(cls):
+    for name in field_types(cls):
         value = getattr(payload, name)
         if isinstance(value, TypedArray):
             out[name] = value.to_wire()
@@ -39,7 +39,8 @@ def to_wire(payload: Any) -> dict[str, Any]:
     return out
 
 
-def _scalar(value: Any, typ: type, path: str) -> Any:
+def scalar(value: Any, typ: type, path: str) -> Any:
+    """`value` if it is exactly a `typ` (an int is also a float), else ProtocolError."""
     if typ is float and type(value) is int:
         return float(value)
     # bool is a subclass of int; refuse it where an int is wanted and vice versa.
@@ -52,7 +53,7 @@ def _mapping(value: Any, value_type: type, path: str) -> dict[str, Any]:
     if not isinstance(value, dict) or len(value) > MAX_MAP_ITEMS:
         raise ProtocolError("bad_schema", f"{path}: expected a map of at most {MAX_MAP_ITEMS}")
     return {
-        _scalar(k, str, f"{path}.<key>"): _scalar(v, value_type, f"{path}.{k}")
+        scalar(k, str, f"{path}.<key>"): scalar(v, value_type, f"{path}.{k}")
         for k, v in value.items()
     }
 
@@ -69,12 +70,12 @@ def _converter(typ: Any) -> Converter:
     if typing.get_origin(typ) is dict:
         value_type = typing.get_args(typ)[1]
         return lambda value, path: _mapping(value, value_type, path)
-    return lambda value, path: _scalar(value, typ, path)
+    return lambda value, path: scalar(value, typ, path)
 
 
 @cache
 def _converters(cls: Any) -> tuple[frozenset[str], tuple[tuple[str, Converter], ...]]:
-    fields = _field_types(cls)
+    fields = field_types(cls)
     return frozenset(fields), tuple((name, _converter(typ)) for name, typ in fields.items())
 
 

@@ -8,7 +8,12 @@ the next ones, so a pull costs the transfer alone; generators still join and lea
 per generator, never a global world). A transfer that fails drops that generator's group and the
 next pull forms a new one. Every wait has the sync timeout: a generator that dies mid-transfer
 costs the trainer at most one timeout, and a trainer that does not answer raises SyncError naming
-it. Transfers are served one at a time. Control messages are msgpack maps checked field by field.
+it. Transfers are served one at a time. Control messages have schemas (llamarl.weightsync.messages):
+a malformed request is refused, answered and counted through `on_reject`; a malformed reply is a
+SyncError naming the server.
+
+`PairGroupPublisher` / `PairGroupReceiver` are the two ends as `WeightPublisher` /
+`WeightReceiver`; gloo.py and nccl.py name them and set the device.
 """
 
 from __future__ import annotations
@@ -17,76 +22,56 @@ import datetime
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlparse
 
-import msgpack
 import structlog
 import torch
 import torch.distributed as dist
 import zmq
 
+from llamarl.config import GlooSync, NcclSync
 from llamarl.curve import Curve
-from llamarl.errors import SyncError
+from llamarl.errors import ProtocolError, SyncError
 from llamarl.limits import RejectHook
 from llamarl.net import make_socket
-from llamarl.weightsync.flat import Checksum, FlatWeights
+from llamarl.weightsync import messages
+from llamarl.weightsync.base import (
+    Meta,
+    Staged,
+    StopCheck,
+    WeightPublisher,
+    WeightReceiver,
+    never_stop,
+)
+from llamarl.weightsync.flat import (
+    Checksum,
+    FlatWeights,
+    bind_flat,
+    checksum,
+    copy_into,
+    num_values,
+)
+from llamarl.weightsync.messages import Announced, TransferRefusal, TransferReply, TransferRequest
 
 log = structlog.get_logger(__name__)
 POLL_MS = 100
-MAX_REQUEST_BYTES = 1024
-MAX_REPLY_BYTES = 4096
-StopCheck = Callable[[], bool]
 
 
-def pair_group(backend: str, store: dist.Store, rank: int, timeout_s: float) -> Any:
-    """A two-rank process group of its own, outside any global world."""
-    timeout = datetime.timedelta(seconds=timeout_s)
-    if backend == "nccl":  # not exercised on CPU-only machines
-        options = dist.ProcessGroupNCCL.Options()
-        options._timeout = timeout
-        return dist.ProcessGroupNCCL(store, rank, 2, options)
-    return dist.ProcessGroupGloo(store, rank, 2, timeout)
+@dataclass(frozen=True)
+class PairBackend:
+    """What differs between gloo and NCCL: the process group's class and where buffers live."""
+
+    name: str
+    device: str
+    make_group: Callable[[dist.Store, int, float], Any]
+    """(store, rank, timeout_s) -> a two-rank process group of its own, outside any world."""
 
 
 def buckets(total: int, bucket_values: int) -> list[tuple[int, int]]:
     return [(start, min(start + bucket_values, total)) for start in range(0, total, bucket_values)]
-
-
-@dataclass(frozen=True)
-class TransferReply:
-    """The server's answer to a pull: what is coming and over which group."""
-
-    policy_version: int
-    num_bytes: int
-    checksum: str
-    store_port: int
-    group: str
-    bucket_values: int
-
-    @classmethod
-    def parse(cls, raw: bytes, endpoint: str) -> TransferReply:
-        """Check every field of a reply; a malformed one is a SyncError naming the server."""
-        try:
-            if len(raw) > MAX_REPLY_BYTES:
-                raise ValueError("oversize")
-            reply = msgpack.unpackb(raw, raw=False, ext_hook=_no_ext, max_ext_len=0)
-        except Exception:  # msgpack raises many types on bad input; all mean garbage
-            raise SyncError(f"weight server at {endpoint}: unreadable reply") from None
-        if isinstance(reply, dict) and isinstance(reply.get("error"), str):
-            raise SyncError(f"trainer weight server at {endpoint}: {reply['error'][:200]}")
-        fields = {"policy_version": int, "num_bytes": int, "checksum": str, "store_port": int,
-                  "group": str, "bucket_values": int}  # fmt: skip
-        if not isinstance(reply, dict) or set(reply) != set(fields):
-            raise SyncError(f"weight server at {endpoint}: malformed reply")
-        for name, typ in fields.items():
-            if type(reply[name]) is not typ:
-                raise SyncError(f"weight server at {endpoint}: reply field {name} is not {typ}")
-        if reply["num_bytes"] % 4 or reply["bucket_values"] < 1:
-            raise SyncError(f"weight server at {endpoint}: impossible sizes in reply")
-        return cls(**reply)
 
 
 class P2PWeightServer:
@@ -94,7 +79,7 @@ class P2PWeightServer:
         self,
         host: str,
         *,
-        backend: str,
+        backend: PairBackend,
         timeout_s: float,
         bucket_bytes: int,
         advertise_host: str | None = None,
@@ -105,7 +90,6 @@ class P2PWeightServer:
         self.on_reject = on_reject
         self.timeout_s = timeout_s
         self.bucket_values = max(1, bucket_bytes // 4)
-        self.device = "cuda" if backend == "nccl" else "cpu"
         self.store = dist.TCPStore(
             host, 0, is_master=True, wait_for_workers=False,
             timeout=datetime.timedelta(seconds=timeout_s),
@@ -146,23 +130,25 @@ class P2PWeightServer:
         while not self._stop.is_set():
             if not self._control.poll(POLL_MS):
                 continue
-            identity, *request = self._control.recv_multipart()
+            identity, *frames = self._control.recv_multipart()
             with self._lock:
                 weights = self._sending = self._latest
-            asked = _parse_request(request)
-            if asked is None:  # refused and counted; the server keeps serving
+            try:
+                request = _parse_request(frames)
+            except ProtocolError as err:  # refused and counted; the server keeps serving
                 if self.on_reject is not None:
-                    self.on_reject("bad_sync_request", repr(request[:2])[:80])
-                self._answer(identity, {"error": "bad request"})
-            elif weights is None:
-                self._answer(identity, {"error": "no version yet"})
+                    self.on_reject("bad_sync_request", str(err)[:80])
+                self._answer(identity, TransferRefusal(f"bad request: {err}"))
             else:
-                self._transfer(identity, *asked, weights)
+                if weights is None:
+                    self._answer(identity, TransferRefusal("no version yet"))
+                else:
+                    self._transfer(identity, request.worker_id, request.group, weights)
             with self._lock:
                 self._sending = None
 
-    def _answer(self, identity: bytes, reply: dict[str, Any]) -> None:
-        self._control.send_multipart([identity, b"", msgpack.packb(reply)])
+    def _answer(self, identity: bytes, reply: TransferReply | TransferRefusal) -> None:
+        self._control.send_multipart([identity, b"", messages.encode(reply)])
 
     def _transfer(self, identity: bytes, peer: str, held: str, weights: FlatWeights) -> None:
         """Send `weights` to `peer` over its group: the one it says it `held`, if the server has
@@ -171,17 +157,16 @@ class P2PWeightServer:
         if known is not None and known[0] != held:
             known = None
         name = known[0] if known is not None else f"w{next(self._names)}-{peer}"
-        self._answer(identity, {
-            "policy_version": weights.policy_version, "num_bytes": weights.num_bytes,
-            "checksum": weights.checksum, "store_port": self.store.port, "group": name,
-            "bucket_values": self.bucket_values,
-        })  # fmt: skip
+        self._answer(identity, TransferReply(
+            weights.policy_version, weights.num_bytes, weights.checksum, self.store.port, name,
+            self.bucket_values,
+        ))  # fmt: skip
         try:
             if known is None:
                 store = dist.PrefixStore(name, self.store)
-                self._groups[peer] = (name, pair_group(self.backend, store, 0, self.timeout_s))
+                self._groups[peer] = (name, self.backend.make_group(store, 0, self.timeout_s))
             group = self._groups[peer][1]
-            buffer = weights.buffer.to(self.device)
+            buffer = weights.buffer.to(self.backend.device)
             timeout = datetime.timedelta(seconds=self.timeout_s)
             sent = None  # the next bucket is queued before the previous one is waited for
             for tag, (start, end) in enumerate(buckets(buffer.numel(), self.bucket_values)):
@@ -207,31 +192,31 @@ class P2PWeightServer:
         self._ctx.term()
 
 
-def _parse_request(frames: list[bytes]) -> tuple[str, str] | None:
-    """(worker id, name of the group it holds or "") of a well-formed request
-    ([b"", msgpack {"worker_id": str, "group": str}]), else None."""
-    if len(frames) != 2 or frames[0] != b"" or len(frames[1]) > MAX_REQUEST_BYTES:
-        return None
+def _parse_request(frames: list[bytes]) -> TransferRequest:
+    """The request in a message's frames ([b"", encoded TransferRequest]); ProtocolError if it is
+    anything else."""
+    if len(frames) != 2 or frames[0] != b"":
+        raise ProtocolError("bad_frames", f"{len(frames)} frames, expected [b'', request]")
+    request: TransferRequest = messages.decode(frames[1], TransferRequest)
+    return request
+
+
+def _parse_reply(raw: bytes, endpoint: str) -> TransferReply:
+    """The server's reply, checked; a refusal or a malformed reply is a SyncError naming it."""
     try:
-        request = msgpack.unpackb(frames[1], raw=False, ext_hook=_no_ext, max_ext_len=0)
-    except Exception:  # msgpack raises many types on bad input; all mean garbage
-        return None
-    if not isinstance(request, dict) or set(request) != {"worker_id", "group"}:
-        return None
-    if not all(isinstance(value, str) for value in request.values()):
-        return None
-    return request["worker_id"][:64], request["group"][:160]
-
-
-def _no_ext(code: int, data: bytes) -> None:
-    raise ValueError("msgpack extension types are not allowed")
+        reply = messages.decode(raw, TransferReply, TransferRefusal)
+    except ProtocolError as err:
+        raise SyncError(f"weight server at {endpoint}: malformed reply ({err})") from None
+    if isinstance(reply, TransferRefusal):
+        raise SyncError(f"trainer weight server at {endpoint}: {reply.error[:200]}")
+    return reply
 
 
 class P2PReceiver:
     """A generator's end: pulls versions from one trainer, keeping the pair group between pulls
     (a new one is formed after a failure or when the server names another)."""
 
-    def __init__(self, worker_id: str, backend: str, timeout_s: float,
+    def __init__(self, worker_id: str, backend: PairBackend, timeout_s: float,
                  curve: Curve | None = None, checksum: bool = True) -> None:  # fmt: skip
         self.worker_id = worker_id
         self.checksum = checksum
@@ -246,8 +231,7 @@ class P2PReceiver:
         try:
             sock.connect(endpoint)
             held = self._group[1] if self._group is not None and self._group[0] == endpoint else ""
-            request = {"worker_id": self.worker_id, "group": held}
-            sock.send_multipart([b"", msgpack.packb(request)])
+            sock.send_multipart([b"", messages.encode(TransferRequest(self.worker_id, held))])
             deadline = time.monotonic() + self.timeout_s
             while not sock.poll(POLL_MS):
                 if should_stop():
@@ -256,7 +240,7 @@ class P2PReceiver:
                     raise SyncError(
                         f"trainer weight server at {endpoint} did not answer in {self.timeout_s}s"
                     )
-            return TransferReply.parse(sock.recv_multipart()[-1], endpoint)
+            return _parse_reply(sock.recv_multipart()[-1], endpoint)
         finally:
             sock.close(linger=0)
             ctx.term()
@@ -269,14 +253,14 @@ class P2PReceiver:
             host, reply.store_port, is_master=False,
             timeout=datetime.timedelta(seconds=self.timeout_s),
         )  # fmt: skip
-        group = pair_group(self.backend, dist.PrefixStore(reply.group, store), 1, self.timeout_s)
+        group = self.backend.make_group(dist.PrefixStore(reply.group, store), 1, self.timeout_s)
         self._group = (endpoint, reply.group, group)
         return group
 
     def fetch(
         self,
         endpoint: str,
-        should_stop: StopCheck = lambda: False,
+        should_stop: StopCheck = never_stop,
         into: torch.Tensor | None = None,
     ) -> tuple[int, torch.Tensor]:
         """Pull the latest version from the trainer at `endpoint` into `into` (when it has the
@@ -284,7 +268,7 @@ class P2PReceiver:
         checksummed while the next one is on its way. Waiting for the server's answer ends
         early when `should_stop()` turns true."""
         reply = self._ask(endpoint, should_stop)
-        device = "cuda" if self.backend == "nccl" else "cpu"
+        device = self.backend.device
         values = reply.num_bytes // 4
         if into is None or into.numel() != values or into.device.type != device:
             into = torch.empty(values, dtype=torch.float32, device=device)
@@ -312,3 +296,113 @@ class P2PReceiver:
         if self.checksum and digest.hexdigest() != reply.checksum:
             raise SyncError(f"weights from {endpoint}: checksum mismatch")
         return reply.policy_version, into
+
+    def close(self) -> None:
+        """Let go of the pair group (the server drops its end after its next failed send)."""
+        self._group = None
+
+
+class PairGroupPublisher(WeightPublisher[torch.Tensor]):
+    """The trainer's end over a `P2PWeightServer`: `stage` copies into a staging buffer from a
+    pool (a fresh one's first-touch page faults cost several times the copy itself), `publish`
+    checksums it and hands it to the server."""
+
+    backend: ClassVar[PairBackend]
+
+    def __init__(
+        self,
+        config: GlooSync | NcclSync,
+        curve: Curve | None = None,
+        on_reject: RejectHook | None = None,
+    ) -> None:
+        super().__init__()
+        self._pool: list[torch.Tensor] = []
+        self._staged: set[int] = set()  # ids of pool buffers staged and not yet published
+        self._server = P2PWeightServer(
+            config.host,
+            backend=self.backend,
+            timeout_s=config.timeout_s,
+            bucket_bytes=int(config.bucket_mb * 1024 * 1024),
+            advertise_host=config.advertise_host,
+            curve=curve,
+            on_reject=on_reject,
+        )
+        self._closed = False
+
+    def stage(self, model: torch.nn.Module, policy_version: int) -> Staged[torch.Tensor]:
+        buffer = self._free_buffer(num_values(model))
+        copy_into(model, buffer)
+        return Staged(policy_version, buffer.numel() * 4, buffer)
+
+    def _free_buffer(self, num_floats: int) -> torch.Tensor:
+        """A staging buffer the server no longer reads."""
+        self._pool = [b for b in self._pool if b.numel() == num_floats]
+        free = [b for b in self._pool if id(b) not in self._staged and not self._server.in_use(b)]
+        if free:
+            buffer = free[0]
+        else:
+            buffer = torch.empty(num_floats, dtype=torch.float32)
+            self._pool.append(buffer)
+        self._staged.add(id(buffer))
+        return buffer
+
+    def publish(self, staged: Staged[torch.Tensor]) -> Meta:
+        self._advance(staged.policy_version)
+        digest = checksum(staged.handle)
+        self._server.publish(FlatWeights(staged.policy_version, staged.handle, digest))
+        self._staged.discard(id(staged.handle))
+        return {"transport": self.name, "endpoint": self._server.endpoint,
+                "num_bytes": staged.num_bytes, "checksum": digest}  # fmt: skip
+
+    def discard(self, staged: Staged[torch.Tensor]) -> None:
+        self._staged.discard(id(staged.handle))
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._server.close()
+        self._pool.clear()
+
+
+class PairGroupReceiver(WeightReceiver[torch.Tensor]):
+    """A generator's end: pulls land in the buffer the model held before the last swap, so after
+    the first two pulls none allocates memory. `sync.verify` auto or always: checksum; size:
+    sizes only (a trusted network, where TCP's own checksums suffice)."""
+
+    backend: ClassVar[PairBackend]
+
+    def __init__(self, config: GlooSync | NcclSync, worker_id: str, curve: Curve | None = None):
+        self._client = P2PReceiver(
+            worker_id, self.backend, config.timeout_s, curve, checksum=config.verify != "size"
+        )
+        self._held: torch.Tensor | None = None
+        self._spare: torch.Tensor | None = None
+
+    def fetch(
+        self, meta: Mapping[str, str], should_stop: StopCheck = never_stop
+    ) -> tuple[int, torch.Tensor]:
+        announced = Announced.parse(meta, self.name)
+        into, self._spare = self._spare, None
+        try:
+            policy_version, buffer = self._client.fetch(announced.endpoint, should_stop, into)
+        except SyncError:
+            self._spare = into
+            raise
+        if policy_version < announced.policy_version:
+            self._spare = buffer
+            raise SyncError(
+                f"weight server at {announced.endpoint} served version {policy_version}, "
+                f"older than the announced {announced.policy_version}"
+            )
+        return policy_version, buffer
+
+    def swap_in(self, model: torch.nn.Module, fetched: torch.Tensor) -> None:
+        """Bind the model to the fetched buffer; the one it held becomes the next pull's."""
+        bind_flat(model, fetched)
+        previous, self._held = self._held, fetched
+        if previous is not None and previous is not fetched:
+            self._spare = previous
+
+    def close(self) -> None:
+        self._client.close()
+        self._spare = None

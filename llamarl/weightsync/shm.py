@@ -7,9 +7,11 @@ path). `publish` checksums the file and renames it into place, so a path is only
 version, and a published file is never written again; files older than KEEP_VERSIONS are
 unlinked (a reader that mapped one keeps its pages until it lets go).
 
-Generator: `fetch_shm` maps the file privately and populated, checks its size and, when asked,
-its checksum. The generator's weights are then bound to the mapped pages (`flat.bind_flat`): no
-copy at all, and every generator on the host shares one copy of the pages.
+Generator (`ShmReceiver`): `fetch_shm` maps the file privately and populated, checks its size
+and, with `sync.verify: always`, its checksum (auto and size check the size only: a published
+file is complete by construction). The generator's weights are then bound to the mapped pages
+(`flat.bind_flat`): no copy at all, and every generator on the host shares one copy of the pages.
+`close` on the publisher unlinks every file it made.
 """
 
 from __future__ import annotations
@@ -19,13 +21,24 @@ import mmap
 import os
 import threading
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from llamarl.config import ShmSync
 from llamarl.errors import SyncError
-from llamarl.weightsync.flat import checksum, copy_into, num_values, verify, verify_size
+from llamarl.weightsync.base import (
+    Meta,
+    Staged,
+    StopCheck,
+    WeightPublisher,
+    WeightReceiver,
+    never_stop,
+)
+from llamarl.weightsync.flat import bind_flat, checksum, copy_into, num_values, verify, verify_size
+from llamarl.weightsync.messages import Announced
 
 KEEP_VERSIONS = 3
 
@@ -71,8 +84,11 @@ def verify_size_on_disk(descriptor: int, num_bytes: int, path: Path) -> None:
         raise SyncError(f"weights at {path}: {size} bytes, announced {num_bytes}")
 
 
-class ShmPublisher:
+class ShmPublisher(WeightPublisher[StagedFile]):
+    name = "shm"
+
     def __init__(self, run_id: str, directory: str = "/dev/shm") -> None:
+        super().__init__()
         self.directory = Path(directory)
         self.prefix = f"llamarl-{run_id}-{os.getpid()}-v"
         self._remove_orphans(f"llamarl-{run_id}-")
@@ -116,23 +132,29 @@ class ShmPublisher:
                 prepared[0].unlink(missing_ok=True)
             self.prepare_next(num_bytes)
 
-    def stage(self, model: torch.nn.Module, policy_version: int) -> StagedFile:
+    def stage(self, model: torch.nn.Module, policy_version: int) -> Staged[StagedFile]:
         """Copy the weights into the prepared file (the trainer's only synchronous part)."""
         target = self.path(policy_version)
         prepared, buffer = self._take_prepared(num_values(model) * 4)
         temp = target.with_suffix(".tmp")
         os.replace(prepared, temp)
         copy_into(model, buffer)
-        return StagedFile(policy_version, temp, target, buffer)
+        staged = StagedFile(policy_version, temp, target, buffer)
+        return Staged(policy_version, staged.num_bytes, staged)
 
-    def publish(self, staged: StagedFile) -> tuple[str, str]:
-        """Checksum the staged file and make it visible; returns (endpoint, checksum). Then
-        prepares the file for the next version."""
-        digest = checksum(staged.buffer)
-        os.replace(staged.temp, staged.target)
+    def publish(self, staged: Staged[StagedFile]) -> Meta:
+        """Checksum the staged file and make it visible, then prepare the next version's file."""
+        self._advance(staged.policy_version)
+        file = staged.handle
+        digest = checksum(file.buffer)
+        os.replace(file.temp, file.target)
         self.path(staged.policy_version - KEEP_VERSIONS).unlink(missing_ok=True)
-        self.prepare_next(staged.num_bytes)
-        return str(staged.target), digest
+        self.prepare_next(file.num_bytes)
+        return {"transport": self.name, "endpoint": str(file.target),
+                "num_bytes": file.num_bytes, "checksum": digest}  # fmt: skip
+
+    def discard(self, staged: Staged[StagedFile]) -> None:
+        staged.handle.temp.unlink(missing_ok=True)
 
     def close(self) -> None:
         self._next = None
@@ -152,3 +174,28 @@ def fetch_shm(endpoint: str, num_bytes: int, expected_checksum: str | None) -> t
     else:
         verify(buffer, num_bytes, expected_checksum, endpoint)
     return buffer
+
+
+class ShmReceiver(WeightReceiver[torch.Tensor]):
+    """A generator's end: map the announced file and bind the model to its pages. A mapped
+    buffer is never reused for a later version (its pages are the trainer's file's)."""
+
+    name = "shm"
+
+    def __init__(self, config: ShmSync) -> None:
+        self.always_checksum = config.verify == "always"
+
+    def fetch(
+        self, meta: Mapping[str, str], should_stop: StopCheck = never_stop
+    ) -> tuple[int, torch.Tensor]:
+        announced = Announced.parse(meta, self.name)
+        expected = announced.checksum if self.always_checksum else None
+        return announced.policy_version, fetch_shm(
+            announced.endpoint, announced.num_bytes, expected
+        )
+
+    def swap_in(self, model: torch.nn.Module, fetched: torch.Tensor) -> None:
+        bind_flat(model, fetched)
+
+    def close(self) -> None:
+        """Nothing held: the model's weights keep their mapping alive until they are replaced."""

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import redis
 import yaml
+
+from llamarl import supervise
+from llamarl.store import RedisStore
 
 SMALL_RUN: dict[str, Any] = {
     "model": {
@@ -39,27 +42,50 @@ def write_config(directory: Path, run_id: str, **overrides: Any) -> Path:
 
 def launch(config: Path, *options: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "llamarl.cli", "run", str(config), *options],
+        [sys.executable, "-m", "workers.cli", "run", str(config), *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
 
 
-def processes_mentioning(text: str) -> list[int]:
-    """PIDs of live processes whose command line contains `text` (zombies excluded)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
+def run_redis_url(launcher_pid: int) -> str:
+    """The Redis URL `llamarl run` gave its children: it is in their environment."""
+    for pid in supervise.children(launcher_pid):
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().split(") ")[1].split()[0]
+            pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
-            continue
-        if text in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
+            continue  # exited meanwhile
+        environ = dict(item.decode().split("=", 1) for item in pairs if b"=" in item)
+        if "LLAMARL_REDIS_URL" in environ:
+            return environ["LLAMARL_REDIS_URL"]
+    raise AssertionError(f"no child of {launcher_pid} was given a Redis URL")
+
+
+def worker_pids(launcher_pid: int, run_id: str) -> dict[str, int]:
+    """worker id -> pid of each worker of the run that is registered and alive in its Redis and
+    is a child of the launcher (a registration can outlive its process by the heartbeat TTL)."""
+    store = RedisStore(run_redis_url(launcher_pid), run_id, connect_deadline_s=5)
+    try:
+        registered = {w.worker_id: int(w.fields["pid"]) for w in store.workers() if w.alive}
+    finally:
+        store.close()
+    children = supervise.children(launcher_pid)
+    return {worker_id: pid for worker_id, pid in registered.items() if pid in children}
+
+
+def service_pids(launcher_pid: int, run_id: str) -> tuple[int, int]:
+    """(redis-server, broker) pids of an embedded run: Redis reports its own pid; the broker is
+    the launcher's one live child that is neither Redis nor a registered worker."""
+    client = redis.Redis.from_url(run_redis_url(launcher_pid))
+    try:
+        redis_pid = int(client.info("server")["process_id"])
+    finally:
+        client.close()
+    workers = set(worker_pids(launcher_pid, run_id).values())
+    children = [pid for pid in supervise.children(launcher_pid) if supervise.alive(pid)]
+    (broker_pid,) = [pid for pid in children if pid not in workers and pid != redis_pid]
+    return redis_pid, broker_pid
 
 
 def metrics_records(run_dir: Path) -> list[dict[str, Any]]:
@@ -86,23 +112,6 @@ def wait_for_steps(
 
 def trained_entries(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / "trained.jsonl").open()]
-
-
-def processes_in(directory: Path) -> list[int]:
-    """PIDs of live processes whose working directory is `directory` (redis-server rewrites its
-    command line, but it runs in its data directory)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cwd = os.readlink(entry / "cwd")
-            state = (entry / "stat").read_text().split(") ")[1].split()[0]
-        except OSError:
-            continue
-        if cwd.removesuffix(" (deleted)") == str(directory) and state != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 def check_finished_run(summary: dict[str, Any], run_dir: Path, num_groups: int, k: int) -> None:

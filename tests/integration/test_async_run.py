@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from llamarl import supervise
 from llamarl.curve import generate_keys
 from tests.integration.async_helpers import (
     check_finished_run,
     launch,
     metrics_records,
-    processes_in,
-    processes_mentioning,
     wait_for_steps,
+    worker_pids,
     write_config,
 )
 
@@ -39,6 +39,8 @@ def test_staleness_bound_and_balanced_ledger(
         broker={"curve_keys": keys},
     )  # fmt: skip
     proc = launch(config)
+    wait_for_steps(tmp_path / f"k{max_staleness}", 1, proc)
+    tree = supervise.descendants(proc.pid)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     summary = json.loads(out.strip().splitlines()[-1])
@@ -47,8 +49,7 @@ def test_staleness_bound_and_balanced_ledger(
     assert summary["max_staleness"] <= max_staleness
     assert set(summary["exit_codes"].values()) == {0}, summary["exit_codes"]
     check_finished_run(summary, tmp_path / f"k{max_staleness}", steps * per_step, max_staleness)
-    assert processes_mentioning(str(config)) == []
-    assert processes_in(tmp_path / f"k{max_staleness}" / "redis") == []
+    assert supervise.wait_gone(tree, timeout_s=10) == []
     # Every generator pulled versions over the configured transport and swapped them in.
     syncs = [
         json.loads(p.read_text())["syncs"]
@@ -60,13 +61,13 @@ def test_staleness_bound_and_balanced_ledger(
 def test_sigint_leaves_no_child_behind(tmp_path: Path) -> None:
     config = write_config(tmp_path, "sigint", trainer={"num_steps": 100_000})
     proc = launch(config)
-    wait_for_steps(tmp_path / "sigint", 1)
-    assert len(processes_mentioning(str(config))) >= 5  # launcher, trainer, 2 generators, reward
+    wait_for_steps(tmp_path / "sigint", 1, proc)
+    tree = supervise.descendants(proc.pid)
+    assert len(tree) >= 6  # Redis, broker, trainer, 2 generators, reward
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
     assert proc.returncode == 130
-    assert processes_mentioning(str(config)) == []
-    assert processes_in(tmp_path / "sigint" / "redis") == []
+    assert supervise.wait_gone(tree, timeout_s=10) == []
 
 
 def test_child_crash_ends_the_run_naming_the_role(tmp_path: Path) -> None:
@@ -74,13 +75,13 @@ def test_child_crash_ends_the_run_naming_the_role(tmp_path: Path) -> None:
         tmp_path, "crash", trainer={"num_steps": 100_000}, workers={"max_restarts": 0}
     )
     proc = launch(config)
-    wait_for_steps(tmp_path / "crash", 1)
-    (victim,) = processes_mentioning("--worker-id generator-1")
-    os.kill(victim, signal.SIGKILL)
+    wait_for_steps(tmp_path / "crash", 1, proc)
+    tree = supervise.descendants(proc.pid)
+    os.kill(worker_pids(proc.pid, "crash")["generator-1"], signal.SIGKILL)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1
     assert "run failed: generator generator-1 exited with code -9" in err
-    assert processes_mentioning(str(config)) == []
+    assert supervise.wait_gone(tree, timeout_s=10) == []
 
 
 STEPS = 600  # long enough (about 20 s of training) for every kill to land mid-run
@@ -95,28 +96,31 @@ def test_killed_workers_are_restarted_and_nothing_is_lost(tmp_path: Path) -> Non
     )  # fmt: skip
     run_dir = tmp_path / "chaos"
     proc = launch(config)
-    wait_for_steps(run_dir, 1)
+    wait_for_steps(run_dir, 1, proc)
+    tree = set(supervise.descendants(proc.pid))
     rng = random.Random(7)
     kills = 0
     for victim in ["generator-0", "reward-0", "generator-1", "reward-0", "generator-0"]:
-        time.sleep(rng.uniform(0.5, 2.5))
-        pids = processes_mentioning(f"--worker-id {victim} ")
-        if proc.poll() is None and pids:
-            os.kill(pids[0], signal.SIGKILL)
+        time.sleep(rng.uniform(0.5, 2.5))  # a random moment of the run: the scenario
+        pid = worker_pids(proc.pid, "chaos").get(victim) if proc.poll() is None else None
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
             kills += 1
-        _wait_for_respawn(victim, proc)
+            _wait_for_respawn(victim, pid, proc)
+        tree |= set(supervise.descendants(proc.pid))
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     summary = json.loads(out.strip().splitlines()[-1])
     assert kills >= 3 and sum(summary["restarts"].values()) >= kills, (kills, summary)
     check_finished_run(summary, run_dir, STEPS * 4, k=1)
-    assert processes_mentioning(str(config)) == []
+    assert supervise.wait_gone(sorted(tree), timeout_s=10) == []
 
 
-def _wait_for_respawn(worker_id: str, launcher: subprocess.Popen[str]) -> None:
+def _wait_for_respawn(worker_id: str, killed_pid: int, launcher: subprocess.Popen[str]) -> None:
+    """Until the launcher's new process for `worker_id` has registered (or the run ended)."""
     deadline = time.monotonic() + 30
     while launcher.poll() is None and time.monotonic() < deadline:
-        if processes_mentioning(f"--worker-id {worker_id} "):
+        if worker_pids(launcher.pid, "chaos").get(worker_id, killed_pid) != killed_pid:
             return
         time.sleep(0.1)
 
@@ -133,11 +137,12 @@ def test_stopped_run_resumes_with_nothing_lost(tmp_path: Path) -> None:
     run_dir = tmp_path / "resume"
     proc = launch(config)
     wait_for_steps(run_dir, 60, proc)
+    tree = supervise.descendants(proc.pid)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert f"llamarl run {config} --resume" in err
-    assert processes_mentioning(str(config)) == []
+    assert supervise.wait_gone(tree, timeout_s=10) == []
     stopped_at = len(metrics_records(run_dir))
     assert stopped_at < steps
 

@@ -1,6 +1,6 @@
 """A generator that missed versions, or whose pull failed, catches up with the next one: it
 pulls only the newest version (never the ones in between), and a failed pull keeps its weights
-and is retried on the next version. Real Redis, real broker, the real Generator class."""
+and is retried on the next version. Real Redis, real broker, the real generator component."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from llamarl.config import RunConfig, parse_config
 from llamarl.engine.model import build_policy
 from llamarl.net import BrokerEndpoints
 from llamarl.protocol import VersionAnnouncement
+from llamarl.roles import build
 from llamarl.topics import VERSIONS
-from llamarl.weightsync.channel import WeightPublisher
+from llamarl.weightsync import make_publisher
 from llamarl.weightsync.flat import flatten
-from workers.common import WorkerContext
-from workers.generator import Generator
 
 MODEL = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}
 
@@ -34,9 +33,9 @@ def test_generator_skips_to_the_newest_version_and_recovers_from_a_failed_pull(
     tmp_path: Path, redis_server: RedisServer, broker: BrokerEndpoints
 ) -> None:
     config = _config(tmp_path, redis_server, broker)
-    ctx = WorkerContext("generator", config, "g0")
-    generator = Generator(ctx)
-    publisher = WeightPublisher(config.sync, config.run_id)
+    ctx = build.connect("generator", config, "g0")
+    generator = build.generator(ctx)
+    publisher = make_publisher(config.sync, config.run_id, None, None)
 
     def publish(version: int) -> str:
         policy = build_policy(config.model, seed=100 + version)  # distinct weights per version
@@ -74,6 +73,7 @@ def test_generator_skips_to_the_newest_version_and_recovers_from_a_failed_pull(
     finally:
         publisher.close()
         ctx.close()
+        ctx.store.close()
 
 
 def test_generator_learns_of_a_version_from_the_bus_alone(
@@ -82,9 +82,9 @@ def test_generator_learns_of_a_version_from_the_bus_alone(
     """The announcement wakes the generator: Redis holds no version, so only the `versions`
     subscription can have told it."""
     config = _config(tmp_path, redis_server, broker)
-    ctx = WorkerContext("generator", config, "g0")
-    generator = Generator(ctx)
-    publisher = WeightPublisher(config.sync, config.run_id)
+    ctx = build.connect("generator", config, "g0")
+    generator = build.generator(ctx)
+    publisher = make_publisher(config.sync, config.run_id, None, None)
     trainer_bus = ctx.connect_bus()
     try:
         policy = build_policy(config.model, seed=7)
@@ -107,3 +107,4 @@ def test_generator_learns_of_a_version_from_the_bus_alone(
         trainer_bus.close()
         publisher.close()
         ctx.close()
+        ctx.store.close()

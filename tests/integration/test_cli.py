@@ -11,7 +11,7 @@ import time
 from llamarl.bus import query_broker_stats
 from llamarl.net import BrokerEndpoints, free_port_block
 
-LLAMARL = [sys.executable, "-m", "llamarl.cli"]
+LLAMARL = [sys.executable, "-m", "workers.cli"]
 
 
 def test_help_lists_the_roles() -> None:
@@ -77,7 +77,10 @@ def test_monitor_shows_progress_workers_and_rejections(redis_server, store) -> N
     store.register_worker("reward-0", "reward", ttl_s=0.05)  # its heartbeat lapses at once
     store.heartbeat("generator-0", 60, status="running", policy_version=0)
     store.count_rejected("broker", "garbage", 7)
-    time.sleep(0.2)
+    deadline = time.monotonic() + 10
+    while any(w.alive for w in store.workers() if w.worker_id == "reward-0"):
+        assert time.monotonic() < deadline, "reward-0's registration never lapsed"
+        time.sleep(0.01)
     env = {**os.environ, "LLAMARL_REDIS_URL": redis_server.url, "LLAMARL_RUN_ID": "test"}
     done = subprocess.run(
         [*LLAMARL, "monitor", "--once"], capture_output=True, text=True, timeout=60, env=env

@@ -13,9 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from llamarl.version_store import VersionStore
+from brokers.embedded import EmbeddedServices
+from llamarl.store import RedisStore
 from tests.integration.async_helpers import check_finished_run, write_config
-from workers.embedded import EmbeddedServices
 
 STEPS = 400
 
@@ -23,7 +23,7 @@ STEPS = 400
 def _worker(role: str, worker_id: str, config: Path, env: dict[str, str], logs: Path):
     with open(logs / f"{worker_id}.log", "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "llamarl.cli", "worker", role, "--config", str(config),
+            [sys.executable, "-m", "workers.cli", "worker", role, "--config", str(config),
              "--worker-id", worker_id, "--log-format", "json"],
             env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -42,7 +42,7 @@ def test_workers_killed_and_restarted_by_hand(tmp_path: Path) -> None:
     roles = {"trainer": "trainer", "generator-0": "generator", "generator-1": "generator",
              "reward-0": "reward"}  # fmt: skip
     procs = {wid: _worker(role, wid, config, env, logs) for wid, role in roles.items()}
-    store = VersionStore(services.redis_url, "cluster")
+    store = RedisStore(services.redis_url, "cluster")
     try:
         deadline = time.monotonic() + 120
         while store.ledger()["trained"] < 40:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from llamarl import supervise
 from llamarl.bus import BusClient, query_broker_stats
 from llamarl.curve import Curve
 from llamarl.errors import SyncError
@@ -22,14 +23,15 @@ from llamarl.net import BrokerEndpoints, free_port_block
 from llamarl.protocol import Control
 from llamarl.topics import CONTROL, ROLLOUTS
 from llamarl.weightsync.flat import FlatWeights, checksum
+from llamarl.weightsync.gloo import GLOO
 from llamarl.weightsync.p2p import P2PReceiver, P2PWeightServer
-from tests.conftest import start_broker_process, stop_process
+from tests.conftest import start_broker_process
 from tests.factories import rollout_group
 
 
 def _generate(directory: Path) -> Curve:
     done = subprocess.run(
-        [sys.executable, "-m", "llamarl.cli", "keys", "generate", str(directory)],
+        [sys.executable, "-m", "workers.cli", "keys", "generate", str(directory)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -54,7 +56,14 @@ def curve_broker(keys: Curve) -> Iterator[BrokerEndpoints]:
     env = {"LLAMARL__BROKER__CURVE_KEYS": str(keys.directory)}
     proc = start_broker_process(endpoints, env, curve=keys)
     yield endpoints
-    stop_process(proc)
+    supervise.stop(proc)
+
+
+def _wait_for_queued(endpoints: BrokerEndpoints, curve: Curve, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while query_broker_stats(endpoints, curve=curve)["queued.rollouts"] < count:
+        assert time.monotonic() < deadline, f"the broker never held {count} rollouts"
+        time.sleep(0.01)
 
 
 def _stop(i: int) -> Control:
@@ -84,16 +93,19 @@ def test_client_without_the_keys_can_neither_publish_nor_receive(
         assert _received(other, member) > 0, "members must talk to each other"
         assert _received(member, outsider) == 0, "an outsider published"
         assert _received(outsider, member) == 0, "an outsider received"
-        # Work topics: an outsider's push is never delivered, and it is never given work.
-        work = member.consume(ROLLOUTS, credit=10)
+        # Work topics: an outsider's push is never delivered, and it is never given work. The
+        # outsider is the only consumer while a member's message waits in the broker, so an
+        # accepted outsider would be handed it; then a member consumer receives it instead.
+        intruding_consumer = outsider.consume(ROLLOUTS, credit=10)
         with contextlib.suppress(TimeoutError):  # blocked or silently dropped: both refuse it
             outsider.push(ROLLOUTS, rollout_group(1), 0, timeout_s=1)
-        intruding_consumer = outsider.consume(ROLLOUTS, credit=10)
-        time.sleep(0.5)
         other.push(ROLLOUTS, rollout_group(2), 0)
-        delivered = [work.recv(1000), work.recv(500)]
+        _wait_for_queued(curve_broker, keys, 1)
+        assert intruding_consumer.recv(1000) is None
+        assert query_broker_stats(curve_broker, curve=keys)["queued.rollouts"] == 1
+        work = member.consume(ROLLOUTS, credit=10)
+        delivered = [work.recv(10_000), work.recv(500)]
         assert [e.payload.ticket_id for e in delivered if e is not None] == [2]
-        assert intruding_consumer.recv(500) is None
         with pytest.raises(TimeoutError):
             query_broker_stats(curve_broker, timeout_s=1, curve=intruder_curve)
         assert query_broker_stats(curve_broker, curve=keys)["work"] == 1
@@ -103,18 +115,16 @@ def test_client_without_the_keys_can_neither_publish_nor_receive(
 
 
 def test_weight_server_serves_only_clients_with_the_keys(keys: Curve, stranger: Curve) -> None:
-    server = P2PWeightServer(
-        "127.0.0.1", backend="gloo", timeout_s=10, bucket_bytes=4096, curve=keys
-    )
+    server = P2PWeightServer("127.0.0.1", backend=GLOO, timeout_s=10, bucket_bytes=4096, curve=keys)
     try:
         weights = torch.randn(5_000)
         server.publish(FlatWeights(3, weights, checksum(weights)))
-        receiver = P2PReceiver("gen-0", "gloo", timeout_s=10, curve=keys)
+        receiver = P2PReceiver("gen-0", GLOO, timeout_s=10, curve=keys)
         version, got = receiver.fetch(server.endpoint)
         assert version == 3 and torch.equal(got, weights)
         for intruder in (None, stranger):
             with pytest.raises(SyncError, match="did not answer"):
-                P2PReceiver("gen-x", "gloo", timeout_s=2, curve=intruder).fetch(server.endpoint)
+                P2PReceiver("gen-x", GLOO, timeout_s=2, curve=intruder).fetch(server.endpoint)
     finally:
         server.close()
 
@@ -123,7 +133,7 @@ def test_missing_keys_are_refused_before_serving(tmp_path: Path) -> None:
     env = {**os.environ, "LLAMARL_BROKER": f"127.0.0.1:{free_port_block()}",
            "LLAMARL__BROKER__CURVE_KEYS": str(tmp_path / "nowhere")}  # fmt: skip
     done = subprocess.run(
-        [sys.executable, "-m", "llamarl.cli", "worker", "broker"],
+        [sys.executable, "-m", "workers.cli", "worker", "broker"],
         capture_output=True, text=True, timeout=60, env=env,
     )  # fmt: skip
     assert done.returncode == 2

@@ -17,12 +17,13 @@ import pytest
 import zmq
 
 from brokers.redis_server import RedisServer
+from llamarl import supervise
 from llamarl.bus import BusClient, query_broker_stats
 from llamarl.net import BrokerEndpoints, free_port_block
 from llamarl.protocol import Control
+from llamarl.store import RedisStore
 from llamarl.topics import CONTROL, ROLLOUTS, SCORED
-from llamarl.version_store import VersionStore
-from tests.conftest import start_broker_process, stop_process
+from tests.conftest import start_broker_process
 from tests.fuzz import bad_commands, bad_messages, bad_subscriptions, bad_sync_requests
 from tests.integration.async_helpers import write_config
 
@@ -46,7 +47,9 @@ def _connect(sock: zmq.Socket, endpoint: str) -> None:
     assert monitor.poll(10_000), f"no handshake with {endpoint}"
     sock.disable_monitor()
     monitor.close(linger=0)
-    time.sleep(0.2)  # let the peer's subscriptions (XSUB -> PUB) arrive
+    if sock.type == zmq.XPUB:  # a PUB drops everything until the peer has subscribed
+        assert sock.poll(10_000), f"no subscription from {endpoint}"
+        sock.recv()
 
 
 def _send_paced(
@@ -71,12 +74,12 @@ def _send_paced(
     return sent
 
 
-def _redis_rejected(store: VersionStore, source: str) -> int:
+def _redis_rejected(store: RedisStore, source: str) -> int:
     return sum(n for key, n in store.rejected().items() if key.startswith(f"{source}."))
 
 
 def test_broker_endpoints_reject_and_count_every_bad_frame(
-    redis_server: RedisServer, store: VersionStore
+    redis_server: RedisServer, store: RedisStore
 ) -> None:
     endpoints = BrokerEndpoints("127.0.0.1", free_port_block())
     env = {
@@ -93,7 +96,7 @@ def test_broker_endpoints_reject_and_count_every_bad_frame(
 
         rss_before = _rss_kb(proc.pid)
         plans = [
-            (zmq.PUB, endpoints.pub_in, bad_messages(FRAMES, topic=CONTROL, run_id="test",
+            (zmq.XPUB, endpoints.pub_in, bad_messages(FRAMES, topic=CONTROL, run_id="test",
                                                      max_bytes=MAX_BYTES, seed=1)),
             (zmq.PUSH, endpoints.work_in, bad_messages(FRAMES, topic=ROLLOUTS, run_id="test",
                                                        max_bytes=MAX_BYTES, seed=2)),
@@ -127,7 +130,7 @@ def test_broker_endpoints_reject_and_count_every_bad_frame(
         assert got is not None and got[1].payload.command == "stop"
     finally:
         ctx.term()
-        assert stop_process(proc) == 0
+        assert supervise.stop(proc) == 0
 
 
 class FakeBroker:
@@ -172,7 +175,7 @@ class FakeBroker:
 def _start_worker(role: str, config: Path, broker: FakeBroker, redis_url: str) -> subprocess.Popen:
     env = {**os.environ, "LLAMARL_REDIS_URL": redis_url, "LLAMARL_BROKER": str(broker.endpoints)}
     return subprocess.Popen(
-        [sys.executable, "-m", "llamarl.cli", "worker", role, "--config", str(config),
+        [sys.executable, "-m", "workers.cli", "worker", role, "--config", str(config),
          "--worker-id", f"{role}-fuzz", "--log-format", "json"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
@@ -180,7 +183,7 @@ def _start_worker(role: str, config: Path, broker: FakeBroker, redis_url: str) -
 
 @pytest.mark.parametrize("role", ["generator", "reward", "trainer"])
 def test_worker_inputs_reject_and_count_every_bad_message(
-    tmp_path: Path, redis_server: RedisServer, store: VersionStore, role: str
+    tmp_path: Path, redis_server: RedisServer, store: RedisStore, role: str
 ) -> None:
     config = write_config(
         tmp_path, "test", broker={"max_message_bytes": MAX_BYTES}, sync={"transport": "gloo"}

@@ -17,8 +17,8 @@ import pytest
 from tests.integration.async_helpers import (
     check_finished_run,
     metrics_records,
-    processes_mentioning,
     wait_for_steps,
+    worker_pids,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ SHORTER = {"LLAMARL__TRAINER__NUM_STEPS": str(STEPS), "LLAMARL__TRAINER__EVAL_EV
 
 def _run_tiny(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "llamarl.cli", "run", TINY, "--mode", mode],
+        [sys.executable, "-m", "workers.cli", "run", TINY, "--mode", mode],
         capture_output=True, text=True, timeout=900,
         env={**os.environ, **SHORTER, "LLAMARL_RUN_DIR": str(tmp_path / "run")},
     )  # fmt: skip
@@ -92,14 +92,13 @@ def test_killed_trainer_resumes_from_its_checkpoint(
     peer and must catch up with the resumed trainer's first version."""
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llamarl.cli", "run", TINY],
+        [sys.executable, "-m", "workers.cli", "run", TINY],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, **SHORTER, "LLAMARL_RUN_DIR": str(run_dir),
              "LLAMARL__SYNC__TRANSPORT": "gloo"},
     )  # fmt: skip
     records = wait_for_steps(run_dir, 130, proc, timeout_s=600)
-    (trainer,) = processes_mentioning("--worker-id trainer ")
-    os.kill(trainer, signal.SIGKILL)
+    os.kill(worker_pids(proc.pid, "tiny")["trainer"], signal.SIGKILL)
     versions_before_kill = max(r["policy_version"] for r in records) + 1
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]

@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 
 from brokers.redis_server import RedisServer
 from llamarl.net import free_port_block
-from llamarl.version_store import VersionStore
+from llamarl.store import RedisStore
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def locked_redis(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 def test_password_in_the_url(locked_redis: RedisServer) -> None:
-    store = VersionStore(f"redis://:s3cret@127.0.0.1:{locked_redis.port}/0", "auth")
+    store = RedisStore(f"redis://:s3cret@127.0.0.1:{locked_redis.port}/0", "auth")
     store.publish_version(0, {"checksum": "a"})
     assert store.policy_version() == 0
     store.close()
@@ -33,7 +33,7 @@ def test_password_in_the_url(locked_redis: RedisServer) -> None:
 
 @pytest.mark.parametrize("credentials", ["", ":wrong@"])
 def test_bad_credentials_fail_at_once(locked_redis: RedisServer, credentials: str) -> None:
-    store = VersionStore(f"redis://{credentials}127.0.0.1:{locked_redis.port}/0", "auth", 600)
+    store = RedisStore(f"redis://{credentials}127.0.0.1:{locked_redis.port}/0", "auth", 600)
     with (
         capture_logs() as logs,
         pytest.raises(ConnectionError, match="redis refused the credentials"),
@@ -49,7 +49,7 @@ def test_worker_with_a_wrong_password_exits_3(locked_redis: RedisServer) -> None
         "LLAMARL_BROKER": f"127.0.0.1:{free_port_block()}",
     }
     done = subprocess.run(
-        [sys.executable, "-m", "llamarl.cli", "worker", "reward", "--worker-id", "r0"],
+        [sys.executable, "-m", "workers.cli", "worker", "reward", "--worker-id", "r0"],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     assert done.returncode == 3

@@ -29,7 +29,7 @@ def test_sft_checkpoint_loads_with_plain_transformers(tmp_path: Path) -> None:
     )
     out = tmp_path / "ckpt"
     done = subprocess.run(
-        [sys.executable, "-m", "llamarl.cli", "sft", str(config), "--out", str(out)],
+        [sys.executable, "-m", "workers.cli", "sft", str(config), "--out", str(out)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

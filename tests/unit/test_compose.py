@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from llamarl.cli import ROLES, build_parser
 from llamarl.config import load_config
+from workers.cli import ROLES, build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 

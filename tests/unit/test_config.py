@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,7 +54,7 @@ def test_env_overrides_apply_and_are_validated() -> None:
 
 def _check(path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "llamarl.cli", "config", "check", str(path)],
+        [sys.executable, "-m", "workers.cli", "config", "check", str(path)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -67,22 +68,133 @@ def test_config_check_prints_resolved_config() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "field"),
+    ("text", "fields"),
     [
         ("trainer:\n  lrr: 0.1\n", "trainer.lrr"),
         ("staleness:\n  max_staleness: -1\n", "staleness.max_staleness"),
+        ("task:\n  kind: jsonl\n", "task.kind, task.path"),
     ],
 )
-def test_config_check_bad_file_exits_2_with_one_line(tmp_path: Path, text: str, field: str) -> None:
+def test_config_check_bad_file_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, fields: str
+) -> None:
+    # In process (the command's own entry point is run above): a subprocess costs ~9 s here.
+    from workers.cli import main
+
     path = tmp_path / "bad.yaml"
     path.write_text(text)
-    done = _check(path)
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"config error: {field}:")
+    assert main(["config", "check", str(path)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert captured.out == "" and len(lines) == 1
+    assert lines[0].startswith(f"config error: {fields}:")
+
+
+def _refused(tree: dict[str, Any], line: str) -> None:
+    """`tree` alone is refused with exactly `line` (fields first), and each rule's test also
+    loads the nearest valid config, so a rule that refuses too much fails too."""
+    with pytest.raises(ConfigError) as caught:
+        parse_config(tree, environ={})
+    assert str(caught.value) == line
+
+
+def test_file_task_without_a_path_is_refused() -> None:
+    _refused(
+        {"task": {"kind": "jsonl"}},
+        "task.kind, task.path: kind jsonl reads prompts from path; set it",
+    )
+    assert parse_config({"task": {"kind": "parquet", "path": "p.parquet"}}, environ={}).task.path
+
+
+def test_arithmetic_task_with_a_path_is_refused() -> None:
+    _refused(
+        {"task": {"path": "prompts.jsonl"}},
+        "task.kind, task.path: kind arithmetic ignores path; set kind jsonl or parquet",
+    )
+
+
+def test_worked_answers_on_a_file_task_are_refused() -> None:
+    _refused(
+        {"task": {"kind": "jsonl", "path": "p.jsonl", "show_work": True, "verifier": "final_int"}},
+        "task.show_work, task.kind: show_work applies to kind arithmetic only, not jsonl",
+    )
 
 
 def test_worked_answers_with_a_whole_answer_verifier_are_refused() -> None:
-    with pytest.raises(ConfigError, match="task: Value error, verifier exact_int .* use final_int"):
-        parse_config({"task": {"show_work": True}})
+    _refused(
+        {"task": {"show_work": True}},
+        "task.show_work, task.verifier: verifier exact_int scores 0 on worked answers; "
+        "use final_int",
+    )
     assert parse_config({"task": {"show_work": True, "verifier": "final_int"}}).task.show_work
+
+
+def test_held_out_set_too_large_for_the_digits_is_refused() -> None:
+    _refused(
+        {"task": {"num_digits": 1, "num_eval": 26}},
+        "task.num_eval, task.num_digits: 26 held out of 100 pairs leaves too few to train on "
+        "(at most 25)",
+    )
+    assert parse_config({"task": {"num_digits": 1, "num_eval": 25}}, environ={}).task.num_eval == 25
+
+
+def test_min_new_tokens_above_max_new_tokens_is_refused() -> None:
+    _refused(
+        {"generation": {"min_new_tokens": 7, "max_new_tokens": 6}},
+        "generation.min_new_tokens, generation.max_new_tokens: 7 > 6: EOS would be banned past "
+        "the end",
+    )
+    assert parse_config({"generation": {"min_new_tokens": 6}}, environ={}).generation
+
+
+def test_chat_template_on_the_built_model_is_refused() -> None:
+    _refused(
+        {"model": {"chat_template": True}},
+        "model.chat_template, model.path: the built model's tokenizer has no chat template",
+    )
+    assert parse_config({"model": {"chat_template": True, "path": "m"}}, environ={}).model
+
+
+def test_hidden_size_not_a_multiple_of_heads_is_refused() -> None:
+    _refused(
+        {"model": {"hidden_size": 30, "num_heads": 4}},
+        "model.hidden_size, model.num_heads: 30 is not a multiple of 4 heads",
+    )
+    # The fields only shape the built model; a loaded one ignores them.
+    assert parse_config({"model": {"hidden_size": 30, "num_heads": 4, "path": "m"}}, environ={})
+
+
+def test_odd_head_width_is_refused() -> None:
+    _refused(
+        {"model": {"hidden_size": 12, "num_heads": 4}},
+        "model.hidden_size, model.num_heads: head width 3 is odd; RoPE needs an even one",
+    )
+    assert parse_config({"model": {"hidden_size": 16, "num_heads": 4}}, environ={}).model
+
+
+def test_heartbeat_ttl_not_above_the_interval_is_refused() -> None:
+    _refused(
+        {"workers": {"heartbeat_s": 10, "heartbeat_ttl_s": 10}},
+        "workers.heartbeat_ttl_s, workers.heartbeat_s: a live worker would be reported dead "
+        "between beats; make the TTL longer",
+    )
+    assert parse_config({"workers": {"heartbeat_s": 9.5}}, environ={}).workers
+
+
+def test_one_sample_a_prompt_is_refused() -> None:
+    _refused(
+        {"generation": {"num_samples": 1}, "algorithm": {"advantage": "rloo"}},
+        "generation.num_samples, algorithm.advantage: rloo needs 2 or more samples a prompt to "
+        "learn anything",
+    )
+    assert parse_config({"generation": {"num_samples": 2}}, environ={}).generation
+
+
+def test_completions_longer_than_the_built_model_is_refused() -> None:
+    _refused(
+        {"generation": {"max_new_tokens": 64}},
+        "generation.max_new_tokens, model.max_position_embeddings: 64 new tokens leave no room "
+        "for a prompt in 64 positions",
+    )
+    assert parse_config({"generation": {"max_new_tokens": 63}}, environ={}).generation
+    assert parse_config({"generation": {"max_new_tokens": 64}, "model": {"path": "m"}}, environ={})

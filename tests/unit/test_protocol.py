@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import msgpack
@@ -41,11 +42,14 @@ def test_arrays_travel_as_typed_bytes() -> None:
 
 
 def test_timestamps_and_ids_are_fresh_per_message() -> None:
+    """A default evaluated once (at import) would give both the same id and a time before now."""
+    before = time.time()
     first, second = (
         make_envelope(Control("x", {}), run_id="r", sender="s", policy_version=0) for _ in range(2)
     )
+    after = time.time()
     assert first.msg_id != second.msg_id
-    assert second.created_at >= first.created_at
+    assert before <= first.created_at <= second.created_at <= after
 
 
 def _mutate(wire: dict, path: list[str], value: object) -> bytes:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from brokers.redis_server import RedisServer
+from llamarl import supervise
 from llamarl.bus import query_broker_stats
 from llamarl.curve import load_curve
 from llamarl.net import BrokerEndpoints, free_port_block
@@ -56,7 +57,7 @@ class EmbeddedServices:
     def start_broker(self, timeout_s: float = 20.0) -> None:
         log_path = self.directory / "broker.log"
         with open(log_path, "ab") as log_file:
-            self.broker = subprocess.Popen(
+            self.broker = supervise.start(
                 [sys.executable, "-m", "brokers", "--log-format", "json"],
                 env={**os.environ, **self.env()},
                 stdout=log_file,
@@ -75,14 +76,7 @@ class EmbeddedServices:
                     raise
 
     def stop_broker(self, timeout_s: float = 10.0) -> int | None:
-        if self.broker is None or self.broker.poll() is not None:
-            return None if self.broker is None else self.broker.returncode
-        self.broker.terminate()
-        try:
-            return self.broker.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.broker.kill()
-            return self.broker.wait(timeout_s)
+        return None if self.broker is None else supervise.stop(self.broker, timeout_s)
 
     def stop(self) -> None:
         try:

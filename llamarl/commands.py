@@ -1,25 +1,19 @@
-"""The `llamarl` command: run a job, start one role, check a config, and the tools around them.
-
-Role entry points live in the `workers` and `brokers` packages; they are looked up by name here so
-the library never imports a worker at module load.
+"""The `llamarl` command's parser and the commands the library serves itself (sft, bench,
+monitor, model import, keys, config check). The two that start processes, `run` and `worker`, are
+handed in by the entry point (`workers.cli`), so the library never reaches into `workers`.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
+from collections.abc import Callable, Sequence
 
 from llamarl import bench as bench_commands
 from llamarl.config import dump_config, load_config
 from llamarl.errors import ConfigError
 
-ROLES = {
-    "broker": "brokers.service",
-    "generator": "workers.generator",
-    "reward": "workers.reward",
-    "trainer": "workers.trainer",
-}
+Command = Callable[[argparse.Namespace], int]
 
 
 def _config_check(args: argparse.Namespace) -> int:
@@ -28,21 +22,16 @@ def _config_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _worker(args: argparse.Namespace) -> int:
-    module = importlib.import_module(ROLES[args.role])
-    return int(module.main(args.rest))
-
-
 def _sft(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from llamarl.engine.model import save_policy
-    from llamarl.sync_run import prepare_policy
+    from llamarl.sft import starting_policy
     from llamarl.tasks import make_prompt_set
 
     config = load_config(args.config)
     out = Path(args.out or Path(config.run_dir) / "sft")
-    policy = prepare_policy(config, make_prompt_set(config.task, config.seed))
+    policy = starting_policy(config, make_prompt_set(config.task, config.seed))
     save_policy(policy, out)
     print(out)
     return 0
@@ -74,15 +63,13 @@ def _monitor(args: argparse.Namespace) -> int:
     return monitor(args)
 
 
-def _run(args: argparse.Namespace) -> int:
-    launcher = importlib.import_module("workers.launcher")
-    return int(launcher.main(args))
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(
+    run_command: Command, worker_command: Command, roles: Sequence[str]
+) -> argparse.ArgumentParser:
+    """The whole command tree; `run` and `worker` start processes, `roles` are `worker`'s."""
     parser = argparse.ArgumentParser(
         prog="llamarl",
-        description="Asynchronous message-bus RL for causal LMs. Roles: " + ", ".join(ROLES),
+        description="Asynchronous message-bus RL for causal LMs. Roles: " + ", ".join(roles),
     )
     parser.add_argument("--log-format", choices=["auto", "console", "json"], default="auto")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -95,17 +82,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="carry on the stopped async run in RUN_DIR (its Redis data and checkpoints)",
     )
-    run.set_defaults(func=_run)
+    run.set_defaults(func=run_command)
 
     sft = sub.add_parser("sft", help="supervised warm-start; writes a transformers checkpoint")
     sft.add_argument("config", help="run config YAML (trainer.sft_* fields)")
     sft.add_argument("--out", help="checkpoint directory (default RUN_DIR/sft)")
     sft.set_defaults(func=_sft)
 
-    worker = sub.add_parser("worker", help="start one role: " + ", ".join(ROLES))
-    worker.add_argument("role", choices=sorted(ROLES))
-    worker.add_argument("rest", nargs=argparse.REMAINDER, help="the role's own options (--help)")
-    worker.set_defaults(func=_worker)
+    role = sub.add_parser("worker", help="start one role: " + ", ".join(roles))
+    role.add_argument("role", choices=sorted(roles))
+    role.add_argument("rest", nargs=argparse.REMAINDER, help="the role's own options (--help)")
+    role.set_defaults(func=worker_command)
 
     bench = sub.add_parser("bench", help="benchmarks (JSON out); not tests")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)
@@ -160,8 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
+    """Parse and run; a config mistake is one line and exit code 2."""
+    args = parser.parse_args(argv)
     try:
         return int(args.func(args))
     except ConfigError as err:
@@ -169,7 +157,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

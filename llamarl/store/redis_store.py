@@ -24,7 +24,6 @@ import os
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import redis
@@ -32,40 +31,14 @@ import structlog
 
 from llamarl import lua
 from llamarl.errors import StaleVersionError
+from llamarl.store.records import LEDGER_FIELDS, OUTCOMES, Ticket, WorkerBeat, WorkerInfo
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
-OUTCOMES = ("trained", "dropped_stale")
-LEDGER_FIELDS = ("issued", "trained", "dropped_stale", "reissued", "duplicate", "reopened")
 
 
-@dataclass(frozen=True)
-class Ticket:
-    """A claimed prompt: ticket_id doubles as the data cursor (prompt index)."""
-
-    ticket_id: int
-    attempt: int
-    reissued: bool
-
-
-@dataclass(frozen=True)
-class WorkerBeat:
-    """A worker's liveness and status fields, written to its registry hash with a TTL."""
-
-    worker_id: str
-    ttl_s: float
-    fields: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class WorkerInfo:
-    worker_id: str
-    alive: bool
-    fields: dict[str, str]
-
-
-class VersionStore:
-    """Typed access to one run's keys; one instance per process (redis-py pools connections)."""
+class RedisStore:
+    """The `Store` on Redis: one instance per process (redis-py pools connections)."""
 
     def __init__(self, url: str, run_id: str, connect_deadline_s: float = 30.0) -> None:
         self.run_id = run_id

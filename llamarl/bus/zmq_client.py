@@ -1,11 +1,11 @@
-"""The bus client: publish/subscribe fan-out topics and push/pull work topics by name.
+"""The ZeroMQ `Bus` (see llamarl.bus.interfaces): a client of the broker process in brokers/.
 
-One client per thread (ZeroMQ sockets are not thread-safe). Sockets are created on first use with
-explicit high-water marks and closed with linger 0. A push blocks while the broker applies
-backpressure and raises TimeoutError after `timeout_s` rather than dropping the message. Received
-frames are size-checked before decoding and validated; a malformed one is reported to
-`on_reject(reason, detail)` (a worker's `llamarl.limits.Rejections`) and skipped.
-"""
+Publish/subscribe fan-out topics and push/pull work topics by name. One client per thread
+(ZeroMQ sockets are not thread-safe). Sockets are created on first use with explicit high-water
+marks and closed with linger 0. A push blocks while the broker applies backpressure and raises
+TimeoutError after `timeout_s` rather than dropping the message. Received frames are validated by
+`llamarl.protocol.validate_frames` (size checked before decoding); a malformed one is reported to
+`on_reject(reason, detail)` (a worker's `llamarl.limits.Rejections`) and skipped."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from llamarl.curve import Curve
 from llamarl.errors import ProtocolError
 from llamarl.limits import RejectHook
 from llamarl.net import BrokerEndpoints, make_socket
-from llamarl.protocol import Envelope, decode, encode, make_envelope
+from llamarl.protocol import Envelope, encode, make_envelope, validate_frames
 from llamarl.topics import FANOUT_TOPICS, WORK_TOPICS
 
 ALL_TOPICS = FANOUT_TOPICS | WORK_TOPICS
@@ -71,18 +71,7 @@ class _Receiver:
     def _decode(self, frames: list[bytes]) -> Envelope | None:
         """The envelope of a well-formed [topic, payload] message of this run, else None."""
         try:
-            if len(frames) != 2:
-                raise ProtocolError("bad_frames", f"{len(frames)} frames")
-            topic = frames[0].decode("utf-8", "replace")
-            kinds = ALL_TOPICS.get(topic)
-            if kinds is None:
-                raise ProtocolError("unknown_topic", topic[:40])
-            envelope = decode(frames[1], self.max_message_bytes)
-            if envelope.kind not in kinds:
-                raise ProtocolError("wrong_topic", f"{envelope.kind} on {topic}")
-            if envelope.run_id != self.run_id:
-                raise ProtocolError("wrong_run", envelope.run_id[:40])
-            return envelope
+            return validate_frames(frames, ALL_TOPICS, self.run_id, self.max_message_bytes)[1]
         except ProtocolError as err:
             if self.on_reject is not None:
                 self.on_reject(err.reason, str(err))

@@ -1,0 +1,120 @@
+"""Builds each role's component from the run config: the collaborators it is handed (store, bus,
+weight transport) and the parts it owns (policy, learner, prompt set, verifier).
+
+`connect` builds a runtime on the networked store and bus (Redis and the ZeroMQ broker) for a
+role process; the synchronous baseline builds its runtimes on in-process ones instead
+(`llamarl.sync_run`). Everything else here is the same for both.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import torch
+
+from llamarl.bus import BusClient
+from llamarl.checkpoint import CheckpointStore
+from llamarl.config import RunConfig
+from llamarl.curve import load_curve
+from llamarl.engine.model import make_policy
+from llamarl.errors import ConfigError
+from llamarl.evaluate import accuracy
+from llamarl.learner import Learner
+from llamarl.limits import Rejections
+from llamarl.net import BrokerEndpoints
+from llamarl.rewards import make_verifier
+from llamarl.roles.generator import Generator
+from llamarl.roles.reward import RewardScorer
+from llamarl.roles.runtime import RoleRuntime
+from llamarl.roles.trainer import Trainer
+from llamarl.roles.trainer_durability import Checkpointer
+from llamarl.sft import starting_policy
+from llamarl.store import RedisStore
+from llamarl.tasks import make_prompt_set
+from llamarl.weightsync import WeightPublisher, WeightReceiver, make_publisher, make_receiver
+
+
+def connect(role: str, config: RunConfig, worker_id: str) -> RoleRuntime:
+    """A runtime on the run's Redis and broker. Raises ConfigError when either is not set and
+    ConnectionError when Redis stays unreachable past `redis.connect_deadline_s`."""
+    if config.redis.url is None or config.broker.port is None:
+        raise ConfigError(
+            "redis.url and broker.port: a worker needs both (or LLAMARL_REDIS_URL, LLAMARL_BROKER)"
+        )
+    store = RedisStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
+    rejections = Rejections(
+        role,
+        lambda reason, count: store.count_rejected(role, reason, count),
+        log_interval_s=config.broker.reject_log_interval_s,
+    )
+    endpoints = BrokerEndpoints(config.broker.host, config.broker.port)
+    curve = load_curve(config.broker.curve_keys)
+
+    def bus() -> BusClient:
+        return BusClient(
+            endpoints,
+            run_id=config.run_id,
+            sender=worker_id,
+            hwm=config.broker.hwm,
+            max_message_bytes=config.broker.max_message_bytes,
+            on_reject=rejections.record,
+            curve=curve,
+        )
+
+    return RoleRuntime(role, config, worker_id, store, bus(), rejections, bus)
+
+
+def generator(runtime: RoleRuntime, receiver: WeightReceiver | None = None) -> Generator:
+    config = runtime.config
+    if receiver is None:
+        curve = load_curve(config.broker.curve_keys)
+        receiver = make_receiver(config.sync, runtime.worker_id, curve)
+    rng = torch.Generator().manual_seed(
+        config.seed * 100_003 + zlib.crc32(runtime.worker_id.encode())
+    )
+    return Generator(
+        runtime,
+        make_policy(config.model, config.seed),
+        make_prompt_set(config.task, config.seed),
+        receiver,
+        rng,
+    )
+
+
+def reward(runtime: RoleRuntime) -> RewardScorer:
+    name = runtime.config.task.verifier
+    return RewardScorer(runtime, make_verifier(name), name)
+
+
+def trainer(runtime: RoleRuntime, publisher: WeightPublisher | None = None) -> Trainer:
+    """The trainer, resumed from its run's newest checkpoint when there is one."""
+    config = runtime.config
+    prompt_set = make_prompt_set(config.task, config.seed)
+    checkpoints = CheckpointStore(
+        Path(config.run_dir) / "checkpoints", config.run_id, config.trainer.keep_checkpoints
+    )
+    latest = checkpoints.latest()
+    restored = checkpoints.load(latest) if latest is not None else None
+    if restored is not None:
+        policy, reference = restored.policy, restored.reference
+    else:
+        policy, reference = starting_policy(config, prompt_set), None
+    gen = config.generation
+    learner = Learner(
+        policy, config.algorithm, config.trainer, gen.temperature, reference,
+        min_new_tokens=gen.min_new_tokens,
+    )  # fmt: skip
+    if restored is not None:
+        learner.optimizer.load_state_dict(restored.optimizer_state)
+    if publisher is None:
+        curve = load_curve(config.broker.curve_keys)
+        publisher = make_publisher(config.sync, config.run_id, curve, runtime.rejections.record)
+    held_out = prompt_set.eval_items()
+    verifier = make_verifier(config.task.verifier)
+
+    def evaluate() -> float:
+        return accuracy(policy, held_out, verifier, gen.max_new_tokens, gen.min_new_tokens)
+
+    checkpointer = Checkpointer(checkpoints, runtime.store, config.trainer.checkpoint_every)
+    return Trainer(runtime, learner, publisher, checkpointer, evaluate, restored)

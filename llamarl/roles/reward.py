@@ -1,0 +1,42 @@
+"""The reward scorer: takes rollout groups off the work queue, scores them with the task's
+verifier and passes them on to the trainer."""
+
+from __future__ import annotations
+
+from llamarl.rewards.verifiers import Verifier
+from llamarl.roles.runtime import RoleRuntime
+from llamarl.rollouts import score_group
+from llamarl.topics import ROLLOUTS, SCORED
+
+POLL_MS = 50
+MAX_BATCH = 64  # groups scored between two looks at the control topic
+
+
+class RewardScorer:
+    def __init__(self, runtime: RoleRuntime, verifier: Verifier, verifier_name: str) -> None:
+        self.runtime = runtime
+        self.verifier = verifier
+        self.verifier_name = verifier_name
+        config = runtime.config
+        credit = config.broker.consumer_credit or config.generation.prompts_per_batch
+        self.rollouts = runtime.bus.consume(ROLLOUTS, credit=credit)
+
+    def score_waiting(self, timeout_ms: int) -> int:
+        """Score the groups waiting (the first wait up to `timeout_ms`); how many."""
+        runtime = self.runtime
+        scored = 0
+        while scored < MAX_BATCH and (envelope := self.rollouts.recv(timeout_ms)) is not None:
+            runtime.timer.busy()
+            result = score_group(envelope.payload, self.verifier, self.verifier_name)
+            runtime.bus.push(SCORED, result, envelope.policy_version)
+            runtime.count("scored")
+            runtime.timer.idle()
+            scored += 1
+            timeout_ms = 0
+        return scored
+
+    def run(self) -> None:
+        runtime = self.runtime
+        while not runtime.stopping:
+            runtime.beat(scored=runtime.counters.get("scored", 0))
+            self.score_waiting(POLL_MS)

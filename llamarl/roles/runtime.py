@@ -1,0 +1,147 @@
+"""What every role loop shares: its store and bus, a stop flag, heartbeats, busy/idle time and
+counters.
+
+A `RoleRuntime` is handed its collaborators and touches nothing global: the process that hosts it
+(workers/, or the synchronous baseline) decides about signals, threads and connections. A loop
+calls `beat()` often and ends when `stopping` is set (`request_stop()`, e.g. from a signal
+handler, or a `stop` on the control topic).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from llamarl.bus import Bus
+from llamarl.config import RunConfig
+from llamarl.limits import Rejections
+from llamarl.store import Store, WorkerBeat
+from llamarl.topics import CONTROL
+
+log = structlog.get_logger(__name__)
+Clock = Callable[[], float]
+
+
+@dataclass
+class BusyTimer:
+    """Busy and idle seconds of a loop, from its own clock, counted from its first unit of work
+    (start-up, model loading and the trainer's warm start are not idle time)."""
+
+    clock: Clock = time.monotonic
+    busy_s: float = 0.0
+    idle_s: float = 0.0
+    _mark: float | None = field(default=None, repr=False)
+
+    def busy(self) -> None:
+        now = self.clock()
+        if self._mark is not None:
+            self.idle_s += now - self._mark
+        self._mark = now
+
+    def idle(self) -> None:
+        now = self.clock()
+        if self._mark is not None:
+            self.busy_s += now - self._mark
+        self._mark = now
+
+
+class RoleRuntime:
+    def __init__(
+        self,
+        role: str,
+        config: RunConfig,
+        worker_id: str,
+        store: Store,
+        bus: Bus,
+        rejections: Rejections,
+        connect_bus: Callable[[], Bus],
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.role = role
+        self.config = config
+        self.worker_id = worker_id
+        self.store = store
+        self.bus = bus
+        self.rejections = rejections
+        self.connect_bus = connect_bus
+        """A further bus client, for a thread of the role's own (bus clients are not thread-safe)."""
+        self.clock = clock
+        self.stopping = False
+        self.timer = BusyTimer(clock)
+        self.counters: dict[str, float] = {}
+        self.control = bus.subscribe([CONTROL])
+        self._last_beat = -float("inf")
+
+    def register(self) -> None:
+        self.store.register_worker(self.worker_id, self.role, self.config.workers.heartbeat_ttl_s)
+
+    def request_stop(self, reason: str) -> None:
+        self.stopping = True
+        log.info("stopping", reason=reason)
+
+    def stop_requested(self) -> bool:
+        """True once `request_stop()` or a `stop` on the control topic asked this role to stop."""
+        while (message := self.control.recv(0)) is not None:
+            if message[1].payload.command == "stop":
+                self.request_stop(f"stop from {message[1].sender}")
+        return self.stopping
+
+    def beat(self, **status: Any) -> None:
+        """Heartbeat (rate-limited); check the control topic and the run status for a stop."""
+        now = self.clock()
+        self.stop_requested()
+        self.rejections.flush()
+        if now - self._last_beat < self.config.workers.heartbeat_s:
+            return
+        self._last_beat = now
+        if self.role != "trainer" and self.store.run_status() == "finished":
+            # Also reaches a worker that joined after the stop message was published.
+            self.stopping = True
+        ttl_s = self.config.workers.heartbeat_ttl_s
+        self.store.heartbeat(self.worker_id, ttl_s, **self._beat_fields(status))
+
+    def count(self, name: str, amount: float = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + amount
+
+    def add_time(self, name: str, started: float) -> float:
+        """Add the seconds since `started` (this runtime's clock) to the counter `name`; the
+        counters go into the heartbeat and RUN_DIR/timers/, where the benchmarks read them."""
+        elapsed = self.clock() - started
+        self.count(name, elapsed)
+        return elapsed
+
+    def step_beat(self, **status: Any) -> WorkerBeat:
+        """A heartbeat for the caller to write in its own store round trip (the trainer's one per
+        step); the rate-limited `beat()` then has nothing to write for a while."""
+        self._last_beat = self.clock()
+        ttl_s = self.config.workers.heartbeat_ttl_s
+        return WorkerBeat(self.worker_id, ttl_s, self._beat_fields(status))
+
+    def _beat_fields(self, status: dict[str, Any]) -> dict[str, Any]:
+        fields = {"role": self.role, "status": "running", "busy_s": round(self.timer.busy_s, 3)}
+        return fields | {"idle_s": round(self.timer.idle_s, 3), **self.counters, **status}
+
+    def write_timers(self) -> None:
+        directory = Path(self.config.run_dir) / "timers"
+        directory.mkdir(parents=True, exist_ok=True)
+        record = {"role": self.role, "busy_s": self.timer.busy_s, "idle_s": self.timer.idle_s,
+                  "bus_s": self.bus.busy_s}  # fmt: skip
+        (directory / f"{self.worker_id}.json").write_text(json.dumps(record | self.counters))
+
+    def close(self) -> None:
+        """Write the timers, record the stop, close the bus (the store belongs to the caller)."""
+        self.write_timers()
+        try:
+            self.rejections.flush(force=True)
+            ttl_s = self.config.workers.heartbeat_ttl_s
+            self.store.heartbeat(self.worker_id, ttl_s, status="stopped")
+        except ConnectionError:
+            log.warning("could not record the stop in the store")
+        self.control.close()
+        self.bus.close()

@@ -1,0 +1,270 @@
+"""The trainer: gather scored groups, enforce staleness, train, publish versions.
+
+A group whose oldest token is more than `max_staleness` versions behind the trainer's version at
+the time of use is dropped and its ticket ended as `dropped_stale`; every trained group ends its
+ticket as `trained` (exactly once, by the store's compare-and-set). Each trained group is also
+written to RUN_DIR/trained.jsonl (ticket, rollout id, staleness) so a run can be audited; the line
+is written before the ticket is ended, so a crash never ends a ticket that the journal lacks.
+Checkpoints and resume: `llamarl.roles.trainer_durability`. A new version is staged (one copy of
+the weights) in the loop and checksummed, exposed, recorded and announced on a thread of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from llamarl.background import LatestOnly
+from llamarl.bus import Bus, WorkQueue
+from llamarl.checkpoint import Restored, TrainerState
+from llamarl.learner import Learner
+from llamarl.metrics import MetricsWriter
+from llamarl.protocol import Control, ScoredGroup, VersionAnnouncement
+from llamarl.roles.runtime import RoleRuntime
+from llamarl.roles.trainer_durability import Checkpointer, resume, rewind_logs
+from llamarl.rollouts import oldest_version, train_group
+from llamarl.ticket_book import TicketBook
+from llamarl.topics import CONTROL, SCORED, VERSIONS
+from llamarl.weightsync import Staged, WeightPublisher
+
+log = structlog.get_logger(__name__)
+POLL_MS = 20
+
+
+class Trainer:
+    def __init__(
+        self,
+        runtime: RoleRuntime,
+        learner: Learner,
+        publisher: WeightPublisher,
+        checkpointer: Checkpointer,
+        evaluate: Callable[[], float],
+        restored: Restored | None,
+    ) -> None:
+        self.runtime = runtime
+        self.started = runtime.clock()
+        self.learner = learner
+        self.policy = learner.policy
+        self.publisher = publisher
+        self.checkpointer = checkpointer
+        self.evaluate = evaluate
+        self.restored = restored
+        state = restored.state if restored is not None else TrainerState(0, 0)
+        self.step = state.step
+        self.policy_version = state.policy_version
+        self.max_staleness_seen = int(state.counters.get("max_staleness_seen", 0))
+        self.initial_accuracy: float | None = state.counters.get("initial_accuracy")
+        run_dir = Path(runtime.config.run_dir)
+        self.lost = rewind_logs(run_dir, self.step)
+        self.metrics = MetricsWriter(run_dir / "metrics.jsonl")
+        self.trained_log = (run_dir / "trained.jsonl").open("a")
+        self.buffer: list[ScoredGroup] = []
+        self.book = TicketBook()
+        self.last: dict[str, Any] = {}
+        self.rl_started = self.started
+        self.final_accuracy: float | None = None
+        self.scored: WorkQueue | None = None
+        self._announce_bus: Bus | None = None
+        self.versions = LatestOnly("version-publisher", self._announce, publisher.discard)
+
+    def save_checkpoint(self) -> None:
+        started = self.runtime.clock()
+        counters: dict[str, float] = {"max_staleness_seen": self.max_staleness_seen}
+        if self.initial_accuracy is not None:
+            counters["initial_accuracy"] = self.initial_accuracy
+        state = TrainerState(self.step, self.policy_version, counters, list(self.buffer))
+        self.checkpointer.save(self.learner, state, self.book.floor)
+        self.runtime.add_time("checkpoint_s", started)
+
+    def publish(self) -> None:
+        """Stage the current version (one copy of the weights) for the publisher thread."""
+        started = self.runtime.clock()
+        self.versions.submit(self.publisher.stage(self.policy.model, self.policy_version))
+        self.runtime.add_time("stage_s", started)
+        structlog.contextvars.bind_contextvars(policy_version=self.policy_version)
+
+    def _announce(self, staged: Staged) -> None:
+        """On the publisher thread: checksum and expose, record in the store, announce."""
+        meta = self.publisher.publish(staged)
+        self.runtime.store.publish_version(staged.policy_version, meta)
+        if self._announce_bus is None:
+            self._announce_bus = self.runtime.connect_bus()
+        announcement = VersionAnnouncement(
+            policy_version=staged.policy_version,
+            num_bytes=staged.num_bytes,
+            checksum=str(meta["checksum"]),
+            transport=str(meta["transport"]),
+            endpoint=str(meta["endpoint"]),
+        )
+        self._announce_bus.publish(VERSIONS, announcement, staged.policy_version)
+
+    def start(self) -> None:
+        """Resume (or start fresh), publish the first version, evaluate the starting policy."""
+        runtime = self.runtime
+        resumed = resume(runtime.store, self.restored, self.policy_version, self.lost)
+        if resumed is not None:
+            self.policy_version, self.buffer = resumed
+            runtime.counters["resumes"] = 1
+        self.book = TicketBook(*runtime.store.ended_tickets())
+        self.publish()
+        if self.initial_accuracy is None:
+            self.initial_accuracy = self.evaluate()
+            self.save_checkpoint()
+        self.final_accuracy = self.initial_accuracy
+        self.rl_started = runtime.clock()
+        config = runtime.config
+        # Credit for a step's groups and the next step's, so none that are ready wait upstream.
+        pps = config.trainer.prompts_per_step
+        credit = config.broker.consumer_credit or pps * (config.staleness.max_staleness + 1)
+        self.scored = runtime.bus.consume(SCORED, credit=credit)
+
+    def admit(self, scored: ScoredGroup) -> None:
+        """Buffer a scored group unless its ticket has ended or is buffered already (a late
+        duplicate of a reissued ticket); decided locally, see llamarl.ticket_book."""
+        ticket_id = scored.group.ticket_id
+        if self.book.has_ended(ticket_id) or any(
+            item.group.ticket_id == ticket_id for item in self.buffer
+        ):
+            self.runtime.count("duplicate_groups")
+            return
+        self.buffer.append(scored)
+
+    def drop_stale(self) -> None:
+        limit = self.runtime.config.staleness.max_staleness
+        stale = [g for g in self.buffer if self.policy_version - oldest_version(g.group) > limit]
+        if not stale:
+            return
+        self.buffer = [g for g in self.buffer if g not in stale]
+        ids = [g.group.ticket_id for g in stale]
+        self.runtime.store.end_tickets([(i, "dropped_stale") for i in ids])
+        self.book.mark(ids)
+        self.runtime.count("dropped_stale", len(ids))
+
+    def gather(self, timeout_ms: int) -> bool:
+        """Take the scored groups waiting (the first wait up to `timeout_ms`), drop the stale;
+        True when a step's worth is buffered."""
+        assert self.scored is not None, "start() first"
+        envelope = self.scored.recv(timeout_ms)
+        while envelope is not None:
+            self.admit(envelope.payload)
+            envelope = self.scored.recv(0)
+        self.drop_stale()
+        return len(self.buffer) >= self.runtime.config.trainer.prompts_per_step
+
+    def train_step(
+        self, extra: dict[str, float] | None = None, step_started: float | None = None
+    ) -> dict[str, Any]:
+        """Train on a step's worth of the buffer; the step's metrics record, with `extra` and,
+        given when the caller's whole step began, `step_s` and `tokens_per_s`."""
+        runtime = self.runtime
+        config = runtime.config
+        size = config.trainer.prompts_per_step
+        batch, self.buffer = self.buffer[:size], self.buffer[size:]
+        staleness = [self.policy_version - oldest_version(item.group) for item in batch]
+        runtime.timer.busy()
+        record: dict[str, Any] = {"step": self.step + 1, "policy_version": self.policy_version}
+        started = runtime.clock()
+        record |= self.learner.step([train_group(item) for item in batch])
+        record["train_s"] = runtime.add_time("train_s", started)
+        self.step += 1
+        if self.step % config.sync.every_steps == 0:
+            self.policy_version += 1
+            self.publish()
+        self._journal(batch, staleness)
+        started = runtime.clock()
+        ids = [item.group.ticket_id for item in batch]
+        beat = runtime.step_beat(**self._status(record))
+        ended = runtime.store.end_tickets([(i, "trained") for i in ids], heartbeat=beat)
+        self.book.mark(ids)
+        runtime.count("finish_conflicts", ended.count(False))
+        record["redis_s"] = runtime.add_time("redis_s", started)
+        if self.step % config.trainer.eval_every == 0 or self.step == config.trainer.num_steps:
+            started = runtime.clock()
+            self.final_accuracy = record["held_out_accuracy"] = self.evaluate()
+            record["eval_s"] = runtime.add_time("eval_s", started)
+        if self.step % max(config.trainer.checkpoint_every, 1) == 0:
+            self.save_checkpoint()
+        runtime.timer.idle()
+        record |= extra or {}
+        if step_started is not None:
+            record["step_s"] = runtime.clock() - step_started
+            record["tokens_per_s"] = record["num_tokens"] / record["step_s"]
+        record["wall_s"] = runtime.clock() - self.started
+        record["rl_s"] = runtime.clock() - self.rl_started
+        self.metrics.write(record)
+        self.last = record
+        return record
+
+    def _journal(self, batch: list[ScoredGroup], staleness: list[int]) -> None:
+        for item, lag in zip(batch, staleness, strict=True):
+            entry = {"ticket_id": item.group.ticket_id, "rollout_id": item.group.rollout_id}
+            self.trained_log.write(json.dumps(entry | {"staleness": lag, "step": self.step}) + "\n")
+        self.trained_log.flush()  # before the tickets end: a crash never ends one it lacks
+        self.max_staleness_seen = max([self.max_staleness_seen, *staleness])
+
+    def _status(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The heartbeat fields the progress line and `llamarl monitor` show."""
+        return {
+            "step": self.step,
+            "policy_version": self.policy_version,
+            "reward_mean": record.get("reward_mean", self.last.get("reward_mean", 0.0)),
+            "held_out_accuracy": self.last.get("held_out_accuracy", self.initial_accuracy or 0.0),
+            "max_staleness": self.max_staleness_seen,
+        }
+
+    @property
+    def done(self) -> bool:
+        return self.step >= self.runtime.config.trainer.num_steps
+
+    def run(self) -> dict[str, Any]:
+        runtime = self.runtime
+        self.start()
+        while not self.done and not runtime.stopping:
+            self.versions.check()
+            self.checkpointer.check()
+            runtime.beat(**self._status(self.last))
+            short = len(self.buffer) < runtime.config.trainer.prompts_per_step
+            started = runtime.clock()
+            ready = self.gather(POLL_MS if short else 0)
+            if short:
+                runtime.add_time("wait_s", started)
+            if ready:
+                self.train_step()
+        return self.finish()
+
+    def finish(self) -> dict[str, Any]:
+        """Checkpoint a stopped run, wait for the background work, end a finished run; the
+        run's summary."""
+        runtime = self.runtime
+        timeout_s = runtime.config.sync.timeout_s
+        if not self.done:
+            self.save_checkpoint()  # asked to stop: resume later without losing a step
+        self.checkpointer.flush(timeout_s)
+        self.versions.flush(timeout_s)
+        if self.done:
+            runtime.store.set_run_status("finished")
+            stop = Control("stop", {"reason": "trainer finished"})
+            runtime.bus.publish(CONTROL, stop, self.policy_version)
+        runtime.counters["bus_s"] = runtime.bus.busy_s
+        return {
+            "steps": self.step,
+            "wall_s": round(runtime.clock() - self.started, 2),
+            "rl_wall_s": round(runtime.clock() - self.rl_started, 2),
+            "eval_s": round(runtime.counters.get("eval_s", 0.0), 2),
+            "initial_accuracy": self.initial_accuracy,
+            "final_accuracy": self.final_accuracy,
+            "max_staleness": self.max_staleness_seen,
+        }
+
+    def close(self) -> None:
+        self.versions.close()
+        self.checkpointer.close()
+        if self._announce_bus is not None:
+            self._announce_bus.close()
+        self.metrics.close()
+        self.trained_log.close()
+        self.publisher.close()

@@ -1,0 +1,95 @@
+"""The trainer's durability: checkpoints written off its path, and the resume that takes a run up
+where the store and the newest checkpoint left it.
+
+Checkpoints (`llamarl.checkpoint`) are written after the warm start, every
+`trainer.checkpoint_every` steps and on a requested stop. A trainer resumes from the newest one of
+its run: it publishes version max(checkpoint, store) + 1, so no version number is reused, and
+rewinds the journal (RUN_DIR/trained.jsonl) to the checkpoint's step. The tickets trained after
+that step, whose updates the crash lost, are reopened: those whose rollout is in the restored
+buffer are trained from it, the others are reissued to generators. So every ticket's update is in
+the final model exactly once (or its ticket ended `dropped_stale`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from llamarl.background import LatestOnly
+from llamarl.checkpoint import CheckpointStore, Restored, Snapshot, TrainerState, take_snapshot
+from llamarl.journal import rewind
+from llamarl.learner import Learner
+from llamarl.protocol import ScoredGroup
+from llamarl.store import Store
+
+log = structlog.get_logger(__name__)
+
+
+def resume(
+    store: Store, restored: Restored | None, trained_version: int, lost: list[dict[str, Any]]
+) -> tuple[int, list[ScoredGroup]] | None:
+    """The version to publish next and the groups to train first, or None for a fresh run.
+    `lost` are the journal entries past the checkpoint's step."""
+    current = store.policy_version()
+    if restored is None and current < 0:
+        return None
+    policy_version = max(trained_version, current) + 1
+    # Before the publish, so the gate is never wider than the trained versions allow.
+    store.skip_versions(policy_version - trained_version)
+    held = restored.state.buffer if restored is not None else []
+    buffer = [g for g in held if store.reopen_ticket(g.group.ticket_id, requeue=False)]
+    held_ids = {g.group.ticket_id for g in buffer}
+    requeued = {e["ticket_id"] for e in lost} - held_ids
+    for ticket_id in sorted(requeued):
+        store.reopen_ticket(ticket_id, requeue=True)
+    log.warning(
+        "resumed",
+        checkpoint=str(restored.path) if restored is not None else None,
+        step=restored.state.step if restored is not None else 0,
+        policy_version=policy_version,
+        buffered=len(buffer),
+        requeued=len(requeued),
+    )
+    return policy_version, buffer
+
+
+def rewind_logs(run_dir: Path, step: int) -> list[dict[str, Any]]:
+    """Roll the trainer's logs back to `step`; the journal entries that were past it."""
+    rewind(run_dir / "metrics.jsonl", step)
+    return rewind(run_dir / "trained.jsonl", step)
+
+
+class Checkpointer:
+    """Takes snapshots in the loop (memory copies) and writes them on a thread of its own; once one
+    is on disk, the store's entries of the tickets it covers are compacted."""
+
+    def __init__(self, checkpoints: CheckpointStore, store: Store, every: int) -> None:
+        self.checkpoints = checkpoints
+        self.store = store
+        self.every = every
+        self._writer = LatestOnly("checkpoint-writer", self._write)
+
+    def save(self, learner: Learner, state: TrainerState, ended_below: int) -> None:
+        """Every ticket below `ended_below` has ended and is in this snapshot, so none of them can
+        be reopened by a resume from it: their entries can go once it is on disk."""
+        if not self.every:
+            return
+        snapshot = take_snapshot(learner.policy, learner.reference, learner.optimizer, state)
+        self._writer.submit((snapshot, ended_below))
+
+    def _write(self, item: tuple[Snapshot, int]) -> None:
+        snapshot, ended_below = item
+        path = self.checkpoints.save(snapshot)
+        floor = self.store.compact_tickets(ended_below)
+        log.info("checkpoint", path=str(path), step=snapshot.state.step, ticket_floor=floor)
+
+    def check(self) -> None:
+        self._writer.check()
+
+    def flush(self, timeout_s: float) -> None:
+        self._writer.flush(timeout_s)
+
+    def close(self) -> None:
+        self._writer.close()

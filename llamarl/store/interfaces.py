@@ -1,0 +1,160 @@
+"""The run's shared state as declared interfaces, one Protocol per concern.
+
+Components ask for the narrowest one they use (a generator needs a `VersionGate`, the monitor a
+`Ledger`); a process builds one `Store` (Redis across processes, memory inside one) and hands it
+to them. Every implementation passes tests/contract/test_store_contract.py, which is the executable
+form of the contracts written here. Each method is atomic: no caller ever sees half of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from llamarl.store.records import Ticket, WorkerBeat, WorkerInfo
+
+
+class VersionGate(Protocol):
+    """Policy versions and the admission gate that keeps generators within the staleness bound."""
+
+    def policy_version(self) -> int:
+        """The latest published version, or -1 before the first publish."""
+        ...
+
+    def publish_version(self, policy_version: int, meta: dict[str, Any]) -> None:
+        """Make `policy_version` the latest, with `meta` (plus `policy_version` and `published_at`)
+        as its metadata. A version not strictly above the current one raises StaleVersionError
+        and changes nothing: versions only ever increase."""
+        ...
+
+    def skip_versions(self, count: int) -> None:
+        """Record that a resumed trainer publishes `count` version numbers ahead of what it has
+        trained; the gate subtracts the running total of skipped numbers from the version."""
+        ...
+
+    def version_meta(self) -> dict[str, str]:
+        """Metadata of the latest version, every value as a string; empty before a publish."""
+        ...
+
+    def claim_tickets(
+        self,
+        worker_id: str,
+        count: int,
+        *,
+        lease_s: float,
+        max_staleness: int,
+        prompts_per_step: int,
+        total_tickets: int = 0,
+        policy_version: int | None = None,
+    ) -> list[Ticket]:
+        """Up to `count` tickets leased to `worker_id` for `lease_s`, in one atomic step.
+
+        First tickets whose lease has expired (earliest expiry first), each reissued with
+        attempt + 1 and counted as `reissued`; the gate does not limit these. Then new tickets,
+        numbered consecutively from 0 with attempt 0, while `issued - dropped_stale` stays below
+        `(v + max_staleness + 1) * prompts_per_step` and, when `total_tickets` > 0, below
+        `total_tickets`. `v` is the published version (0 before any), lowered to the caller's
+        `policy_version` when that is given and older, less the skipped versions, never below 0.
+        So a claim never hands out work the caller's weights are too stale for, and a publish
+        reopens the gate by `prompts_per_step` tickets per version.
+        """
+        ...
+
+    def renew_leases(self, tickets: Sequence[Ticket], lease_s: float) -> list[bool]:
+        """Extend by `lease_s` from now the lease of each ticket whose attempt still holds it;
+        False (nothing changed) for one reissued to a later attempt, ended, or holding no lease.
+        A lease past its expiry but not yet reissued is still held."""
+        ...
+
+
+class Ledger(Protocol):
+    """Ticket outcomes: every issued ticket ends exactly once, and the counts always balance."""
+
+    def end_tickets(
+        self, outcomes: Sequence[tuple[int, str]], heartbeat: WorkerBeat | None = None
+    ) -> list[bool]:
+        """End each (ticket_id, outcome) in order, outcome one of OUTCOMES, and write `heartbeat`
+        in the same step. True when this call ended the ticket (it leaves its lease); False when
+        it had already ended or was compacted away, counted as `duplicate`. A ticket at or above
+        the floor that was never issued raises KeyError and no ticket of the batch changes (the
+        heartbeat is still written); a bad outcome raises ValueError before anything changes."""
+        ...
+
+    def reopen_ticket(self, ticket_id: int, *, requeue: bool) -> bool:
+        """Put a `trained` ticket whose update a trainer crash lost back to open (trained - 1,
+        reopened + 1). requeue=True gives it an already expired lease so the next claim reissues
+        it; requeue=False leaves it open with no lease, since the caller holds its rollout. True
+        when reopened or already open (then only the lease changes); False, changing nothing,
+        for a dropped, compacted or unknown ticket."""
+        ...
+
+    def compact_tickets(self, limit: int) -> int:
+        """Forget the per-ticket state of every ticket below both the lowest open (or not yet
+        issued) ticket and `limit`; returns the floor, which never decreases. The ledger counts
+        are kept, and a compacted ticket still ends only once (as a duplicate)."""
+        ...
+
+    def ended_tickets(self) -> tuple[int, set[int]]:
+        """(floor, ids at or above it that have ended): every ticket below the floor has ended."""
+        ...
+
+    def ledger(self) -> dict[str, int]:
+        """Every counter in LEDGER_FIELDS (0 before its first change) plus
+        `open = issued - trained - dropped_stale`."""
+        ...
+
+    def ticket_state(self, ticket_id: int) -> str | None:
+        """`open`, `trained` or `dropped_stale`; None for a ticket never issued or compacted."""
+        ...
+
+
+class Registry(Protocol):
+    """Which workers exist and whether they are alive, and whether the run is still going."""
+
+    def register_worker(self, worker_id: str, role: str, ttl_s: float, **fields: Any) -> None:
+        """Replace the worker's entry with role, pid, host, status=starting, started_at,
+        last_seen and `fields`, alive for `ttl_s`. Field values are str, int or float and are
+        read back as strings."""
+        ...
+
+    def heartbeat(self, worker_id: str, ttl_s: float, **fields: Any) -> None:
+        """Set last_seen and `fields` on the worker's entry (keeping its other fields while it is
+        alive) and keep it alive for another `ttl_s`; a worker never registered is added."""
+        ...
+
+    def workers(self) -> list[WorkerInfo]:
+        """Every worker ever registered, sorted by id; `alive` is False, with no fields, once
+        its last registration or heartbeat is older than its TTL."""
+        ...
+
+    def set_run_status(self, status: str) -> None:
+        """Set the run status (`running` or `finished`); workers exit when it is `finished`."""
+        ...
+
+    def run_status(self) -> str | None:
+        """The last status set, or None before any."""
+        ...
+
+
+class RejectCounts(Protocol):
+    """Counters of input a process refused, by source and reason."""
+
+    def count_rejected(self, source: str, reason: str, count: int = 1) -> None:
+        """Add `count` to the counter `<source>.<reason>`."""
+        ...
+
+    def rejected(self) -> dict[str, int]:
+        """Every counter that was ever added to, keyed `<source>.<reason>`."""
+        ...
+
+
+class Store(VersionGate, Ledger, Registry, RejectCounts, Protocol):
+    """All of a run's shared state behind one connection."""
+
+    def ping(self) -> bool:
+        """True when the store answers (a remote one retries up to its connect deadline)."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection; the store is not used afterwards."""
+        ...

@@ -1,0 +1,41 @@
+"""The plain values the store hands out and takes in, shared by every store implementation.
+
+`OUTCOMES` are the two ways a ticket ends; `LEDGER_FIELDS` are the run's ticket counters. The
+records are frozen dataclasses with no behaviour, so a store backend is the only thing that
+decides what they mean.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+OUTCOMES = ("trained", "dropped_stale")
+LEDGER_FIELDS = ("issued", "trained", "dropped_stale", "reissued", "duplicate", "reopened")
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """A claimed prompt: ticket_id doubles as the data cursor (prompt index)."""
+
+    ticket_id: int
+    attempt: int
+    reissued: bool
+
+
+@dataclass(frozen=True)
+class WorkerBeat:
+    """A worker's liveness and status fields, written to its registry hash with a TTL."""
+
+    worker_id: str
+    ttl_s: float
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A registered worker as the registry reports it; `fields` is empty once it is not alive."""
+
+    worker_id: str
+    alive: bool
+    fields: dict[str, str]

@@ -1,0 +1,19 @@
+"""Builds the prompt set a task config names. It lives apart from `base` (the interface) so the
+task modules import the interface and this module imports them, never the other way round."""
+
+from __future__ import annotations
+
+from llamarl.config import TaskConfig
+from llamarl.tasks.arithmetic import ArithmeticTask
+from llamarl.tasks.base import PromptSet
+from llamarl.tasks.files import FilePromptSet
+
+
+def make_prompt_set(config: TaskConfig, seed: int) -> PromptSet:
+    if config.kind == "arithmetic":
+        return ArithmeticTask(config.num_digits, config.num_eval, seed, config.show_work)
+    # TaskConfig refuses a file kind without a path.
+    assert config.path is not None
+    return FilePromptSet.load(
+        config.path, config.kind, config.prompt_field, config.answer_field, config.num_eval
+    )

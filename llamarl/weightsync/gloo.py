@@ -1,0 +1,28 @@
+"""The gloo transport: point-to-point torch.distributed send/recv on CPUs, trainer to each
+generator over a two-rank group of their own (llamarl.weightsync.p2p), on one host or many."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import torch.distributed as dist
+
+from llamarl.weightsync.p2p import PairBackend, PairGroupPublisher, PairGroupReceiver
+
+
+def gloo_pair_group(store: dist.Store, rank: int, timeout_s: float) -> Any:
+    return dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=timeout_s))
+
+
+GLOO = PairBackend("gloo", "cpu", gloo_pair_group)
+
+
+class GlooPublisher(PairGroupPublisher):
+    name = "gloo"
+    backend = GLOO
+
+
+class GlooReceiver(PairGroupReceiver):
+    name = "gloo"
+    backend = GLOO

@@ -1,0 +1,132 @@
+"""The weight-sync channel's control messages, with explicit schemas checked on receipt.
+
+On the wire each is a msgpack map {"kind": KIND, "body": {its fields}}, encoded and checked by the
+same rules as the data bus's payloads (`llamarl.protocol.schema`: exact field names, exact types,
+no pickle, no msgpack extensions, sizes capped before unpacking); values are then bounded by each
+class's `__post_init__`. `decode` raises ProtocolError and nothing else, so a server counts a
+malformed request under its `reason` and a receiver turns a malformed reply into a SyncError.
+`Announced` is the same check for the metadata a generator is handed (from the bus or Redis).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import msgpack
+
+from llamarl.errors import ProtocolError, SyncError
+from llamarl.protocol.schema import from_wire, to_wire
+
+MAX_FRAME_BYTES = 4096
+MAX_WORKER_ID = 64
+MAX_GROUP_NAME = 160
+MAX_ERROR_TEXT = 200
+
+
+@dataclass(frozen=True)
+class TransferRequest:
+    """A generator asks for the newest version."""
+
+    KIND: ClassVar[str] = "transfer_request"
+    worker_id: str
+    group: str
+    """The pair group the generator holds from its last pull, "" for none."""
+
+    def __post_init__(self) -> None:
+        if not 0 < len(self.worker_id) <= MAX_WORKER_ID or len(self.group) > MAX_GROUP_NAME:
+            raise ProtocolError("bad_schema", "worker_id or group of impossible length")
+
+
+@dataclass(frozen=True)
+class TransferReply:
+    """The server's answer to a pull: what is coming and over which group."""
+
+    KIND: ClassVar[str] = "transfer_reply"
+    policy_version: int
+    num_bytes: int
+    checksum: str
+    store_port: int
+    group: str
+    bucket_values: int
+
+    def __post_init__(self) -> None:
+        if self.policy_version < 0 or self.num_bytes <= 0 or self.num_bytes % 4:
+            raise ProtocolError("bad_schema", "impossible version or size")
+        if self.bucket_values < 1 or not 0 < self.store_port < 65536:
+            raise ProtocolError("bad_schema", "impossible bucket size or port")
+        if not 0 < len(self.group) <= MAX_GROUP_NAME:
+            raise ProtocolError("bad_schema", "impossible group name")
+
+
+@dataclass(frozen=True)
+class TransferRefusal:
+    """The server's answer when it cannot serve (no version yet, a bad request)."""
+
+    KIND: ClassVar[str] = "transfer_refusal"
+    error: str
+
+
+def encode(message: Any) -> bytes:
+    return msgpack.packb({"kind": message.KIND, "body": to_wire(message)}, use_bin_type=True)
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise ProtocolError("garbage", f"msgpack extension type {code} is not allowed")
+
+
+def decode(data: bytes, *expected: type[Any]) -> Any:
+    """The message in `data`, one of the `expected` classes; ProtocolError on anything else."""
+    if len(data) > MAX_FRAME_BYTES:
+        raise ProtocolError("oversize", f"{len(data)} bytes > limit {MAX_FRAME_BYTES}")
+    try:
+        wire = msgpack.unpackb(
+            data, raw=False, strict_map_key=True, ext_hook=_refuse_ext, max_ext_len=0,
+            max_str_len=MAX_FRAME_BYTES, max_bin_len=MAX_FRAME_BYTES, max_array_len=16,
+            max_map_len=16,
+        )  # fmt: skip
+    except Exception as err:  # msgpack raises many types on bad input; all mean garbage
+        raise ProtocolError("garbage", f"not a msgpack frame ({type(err).__name__})") from None
+    if type(wire) is not dict or wire.keys() != {"kind", "body"}:
+        raise ProtocolError("bad_schema", "expected {kind, body}")
+    kinds = {cls.KIND: cls for cls in expected}
+    cls = kinds.get(wire["kind"]) if type(wire["kind"]) is str else None
+    if cls is None:
+        raise ProtocolError("unknown_kind", f"kind {str(wire['kind'])[:40]!r}")
+    return from_wire(cls, wire["body"], cls.KIND)
+
+
+@dataclass(frozen=True)
+class Announced:
+    """A version as a generator is told of it: the trainer's `publish` metadata plus the version,
+    all strings as Redis stores them."""
+
+    policy_version: int
+    transport: str
+    endpoint: str
+    num_bytes: int
+    checksum: str
+
+    @classmethod
+    def parse(cls, meta: Mapping[str, str], transport: str) -> Announced:
+        """Checked metadata for a receiver of `transport`; SyncError when a field is missing or
+        malformed or the version was published over another transport."""
+        try:
+            announced = cls(
+                policy_version=int(meta["policy_version"]),
+                transport=str(meta["transport"]),
+                endpoint=str(meta["endpoint"]),
+                num_bytes=int(meta["num_bytes"]),
+                checksum=str(meta["checksum"]),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise SyncError(f"malformed version metadata ({type(err).__name__}: {err})") from None
+        if announced.transport != transport:
+            raise SyncError(
+                f"version {announced.policy_version} was published over {announced.transport}, "
+                f"this generator receives over {transport}: set sync.transport on both"
+            )
+        if announced.policy_version < 0 or announced.num_bytes <= 0:
+            raise SyncError(f"version metadata out of range: {dict(meta)}")
+        return announced

@@ -1,0 +1,32 @@
+"""The NCCL transport: the gloo transport's shape (llamarl.weightsync.p2p) over NCCL, the
+buffers in CUDA memory: the trainer stages on the CPU and each transfer copies its version to the
+GPU; a generator receives into a CUDA buffer and binds its model to it. Needs a GPU at both
+ends; not exercised on CPU-only machines (the contract suite skips it there)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import torch.distributed as dist
+
+from llamarl.weightsync.p2p import PairBackend, PairGroupPublisher, PairGroupReceiver
+
+
+def nccl_pair_group(store: dist.Store, rank: int, timeout_s: float) -> Any:
+    options = dist.ProcessGroupNCCL.Options()
+    options._timeout = datetime.timedelta(seconds=timeout_s)
+    return dist.ProcessGroupNCCL(store, rank, 2, options)
+
+
+NCCL = PairBackend("nccl", "cuda", nccl_pair_group)
+
+
+class NcclPublisher(PairGroupPublisher):
+    name = "nccl"
+    backend = NCCL
+
+
+class NcclReceiver(PairGroupReceiver):
+    name = "nccl"
+    backend = NCCL

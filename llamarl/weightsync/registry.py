@@ -1,0 +1,96 @@
+"""Transports by name: `make_publisher` / `make_receiver` build the two ends from `sync` config.
+
+`TRANSPORTS` maps each `sync.transport` to the factories of its two ends; nothing else in the
+library compares transport names. `auto` is resolved here and only here (`resolve_transport`):
+nccl when CUDA is present; else shm when the weight server's address (advertise_host, else host)
+is this host's own (loopback or unspecified: one host, as `llamarl run` is); else gloo.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from llamarl.config import AutoSync, ConcreteSync, GlooSync, NcclSync, ShmSync, SyncConfig
+from llamarl.curve import Curve
+from llamarl.limits import RejectHook
+from llamarl.weightsync.base import WeightPublisher, WeightReceiver
+from llamarl.weightsync.gloo import GlooPublisher, GlooReceiver
+from llamarl.weightsync.local import LocalPublisher, LocalReceiver
+from llamarl.weightsync.nccl import NcclPublisher, NcclReceiver
+from llamarl.weightsync.shm import ShmPublisher, ShmReceiver
+
+
+@dataclass(frozen=True)
+class Transport:
+    """How to build the two ends of one transport from its config variant."""
+
+    publisher: Callable[[Any, str, Curve | None, RejectHook | None], WeightPublisher[Any]]
+    """(config, run_id, curve, on_reject) -> the trainer's end."""
+    receiver: Callable[[Any, str, Curve | None], WeightReceiver[Any]]
+    """(config, worker_id, curve) -> a generator's end."""
+
+
+TRANSPORTS: dict[str, Transport] = {
+    "shm": Transport(
+        lambda config, run_id, curve, on_reject: ShmPublisher(run_id),
+        lambda config, worker_id, curve: ShmReceiver(config),
+    ),
+    "gloo": Transport(
+        lambda config, run_id, curve, on_reject: GlooPublisher(config, curve, on_reject),
+        lambda config, worker_id, curve: GlooReceiver(config, worker_id, curve),
+    ),
+    "nccl": Transport(
+        lambda config, run_id, curve, on_reject: NcclPublisher(config, curve, on_reject),
+        lambda config, worker_id, curve: NcclReceiver(config, worker_id, curve),
+    ),
+    "local": Transport(
+        lambda config, run_id, curve, on_reject: LocalPublisher(run_id),
+        lambda config, worker_id, curve: LocalReceiver(),
+    ),
+}
+
+
+def _is_this_host(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:  # a host name: reached from elsewhere
+        return False
+    return ip.is_loopback or ip.is_unspecified
+
+
+def resolve_transport(config: SyncConfig) -> ConcreteSync:
+    """The config variant `auto` stands for on this machine; any other is returned as is."""
+    if not isinstance(config, AutoSync):
+        return config
+    fields = config.model_dump(exclude={"transport"})
+    if torch.cuda.is_available():
+        return NcclSync(**fields)
+    if _is_this_host(config.advertise_host or config.host):
+        return ShmSync(**config.model_dump(include={"timeout_s", "verify", "every_steps"}))
+    return GlooSync(**fields)
+
+
+def make_publisher(
+    sync_config: SyncConfig,
+    run_id: str,
+    curve: Curve | None = None,
+    on_reject: RejectHook | None = None,
+) -> WeightPublisher[Any]:
+    """The trainer's end of the configured transport; `on_reject` counts malformed requests."""
+    config = resolve_transport(sync_config)
+    return TRANSPORTS[config.transport].publisher(config, run_id, curve, on_reject)
+
+
+def make_receiver(
+    sync_config: SyncConfig, worker_id: str, curve: Curve | None = None
+) -> WeightReceiver[Any]:
+    """A generator's end of the configured transport."""
+    config = resolve_transport(sync_config)
+    return TRANSPORTS[config.transport].receiver(config, worker_id, curve)

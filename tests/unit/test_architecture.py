@@ -1,0 +1,175 @@
+"""The layering rules, checked on the source with `ast`: `workers -> brokers -> llamarl`, the core
+never imports a worker (by statement or by a module name in a string), no import cycle between
+modules, and each worker file only wires a process (under 80 lines).
+
+Every import statement counts, wherever it is in the file (a function-local import is still a
+dependency); `import a.b` and `from a import b` point at module `a.b` when it exists, else at `a`.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("llamarl", "brokers", "workers")
+MAX_WORKER_LINES = 80
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {
+        _module_name(path): path
+        for package in PACKAGES
+        for path in sorted((REPO / package).rglob("*.py"))
+    }
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    """The module of ours that importing `name` loads last (its longest existing prefix)."""
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in MODULES:
+            return candidate
+        parts.pop()
+    return None
+
+
+def _is_import_call(node: ast.Call) -> bool:
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id in ("__import__", "import_module")
+    return isinstance(func, ast.Attribute) and func.attr == "import_module"
+
+
+def imports(module: str) -> Iterator[tuple[str, int, str]]:
+    """(imported module of ours, line, how) for every import in `module`'s file."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    seen: set[tuple[str, int]] = set()
+    for node in ast.walk(tree):
+        names: list[tuple[str, str]] = []
+        if isinstance(node, ast.Import):
+            names = [(alias.name, "import") for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            names = [(f"{base}.{alias.name}", "from-import") for alias in node.names]
+        elif isinstance(node, ast.Call) and _is_import_call(node) and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                names = [(first.value, "import by string")]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            # A module name held in a string (a table of modules to import or run).
+            if "." in node.value and node.value in MODULES:
+                names = [(node.value, "module name in a string")]
+        for name, how in names:
+            target = _resolve(name)
+            if target is not None and target != module and (target, node.lineno) not in seen:
+                seen.add((target, node.lineno))  # import_module("x") is also a string "x"
+                yield target, node.lineno, how
+
+
+def _graph() -> dict[str, set[str]]:
+    return {module: {target for target, _, _ in imports(module)} for module in MODULES}
+
+
+def test_the_walk_sees_every_package_and_resolves_imports() -> None:
+    assert {m.split(".")[0] for m in MODULES} == set(PACKAGES)
+    assert "llamarl.config" in _graph()["llamarl.tasks.factory"]
+
+
+def test_core_and_brokers_never_import_workers() -> None:
+    found = [
+        f"{MODULES[module].relative_to(REPO)}:{line}: {how} of {target}"
+        for module in MODULES
+        if not module.startswith("workers")
+        for target, line, how in imports(module)
+        if target == "workers" or target.startswith("workers.")
+    ]
+    assert found == [], "llamarl/ and brokers/ must not depend on workers/:\n" + "\n".join(found)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (a -> ... -> a) through each strongly connected component (Tarjan's SCCs)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return [_cycle_in(graph, component) for component in components]
+
+
+def _cycle_in(graph: dict[str, set[str]], component: list[str]) -> list[str]:
+    """A shortest path from the component's first module back to itself, within it."""
+    start, members = component[0], set(component)
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        node = queue.pop(0)
+        for target in sorted(graph[node] & members):
+            if target == start:
+                return [*paths[node], start]
+            if target not in paths:
+                paths[target] = [*paths[node], target]
+                queue.append(target)
+    raise AssertionError(f"no cycle through {start}")
+
+
+def test_cycle_finder_reports_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c", "a"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_between_modules() -> None:
+    cycles = [" -> ".join(cycle) for cycle in _cycles(_graph())]
+    assert cycles == [], "import cycles:\n" + "\n".join(cycles)
+
+
+def test_worker_files_only_wire_a_process() -> None:
+    long = {
+        str(path.relative_to(REPO)): n
+        for path in sorted((REPO / "workers").rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) >= MAX_WORKER_LINES
+    }
+    assert long == {}, f"worker files of {MAX_WORKER_LINES} lines or more: {long}"
