@@ -1,8 +1,9 @@
 """llamarl: fully asynchronous, message-bus RL post-training for Hugging Face causal LMs.
 
-The library holds everything the role workers share: config, the wire protocol, the bus client,
-the Redis version store, algorithms, the model engine, rewards and weight-sync transports.
-It never imports a worker.
+The library holds the role components (`llamarl.roles`) and everything they are built from:
+config, the wire protocol, the store and bus interfaces with their Redis/ZeroMQ and in-process
+implementations, weight-sync transports, algorithms, the model engine and rewards. It never
+imports a worker process module (`workers/`).
 """
 
 __version__ = "0.1.0"

@@ -4,57 +4,71 @@ publish, one version at a time (staleness 0).
 
 Only the placement differs from an async run: the store is a `MemoryStore`, the bus a `MemoryHub`,
 and the weight transport the in-process one (the generator samples with the trainer's own model),
-which is what `llamarl bench async-vs-sync` compares. Writes RUN_DIR/metrics.jsonl (with each
-step's phase seconds: generate_s, score_s, train_s, step_s) and returns the run summary.
+which is what `llamarl bench async-vs-sync` compares. A sync run cannot be resumed, so it writes
+no checkpoints. Writes RUN_DIR/metrics.jsonl (with each step's phase seconds: generate_s,
+score_s, train_s, step_s) and returns the run summary.
 """
 
 from __future__ import annotations
 
 import time
-import zlib
 from typing import Any
 
-import torch
-
-from llamarl.bus import MemoryHub
+from llamarl.bus import Bus, MemoryHub
 from llamarl.config import LocalSync, RunConfig
-from llamarl.limits import Rejections
+from llamarl.errors import SyncError
 from llamarl.roles import build
 from llamarl.roles.generator import Generator
 from llamarl.roles.runtime import RoleRuntime
+from llamarl.roles.trainer import Trainer
 from llamarl.store import MemoryStore
-from llamarl.tasks import make_prompt_set
 from llamarl.weightsync import make_publisher, make_receiver
 
-WAIT_MS = 1000
-"""Longest wait for the trainer's new version to be announced (it is one thread away)."""
+WAIT_MS = 100
+"""Wait for the trainer's new version to be announced (it is one thread away), between checks
+that the publisher thread has not failed."""
 
 
 def lock_step_config(config: RunConfig) -> RunConfig:
-    """The run's config for lock step: no lag, one claim per step, the in-process transport."""
+    """The run's config for lock step: no lag, one claim per step, the in-process transport, no
+    checkpoints."""
     pps = config.trainer.prompts_per_step
+    sync = config.sync.model_dump(include=set(LocalSync.model_fields) - {"transport"})
     return config.model_copy(
         update={
             "staleness": config.staleness.model_copy(update={"max_staleness": 0}),
             "generation": config.generation.model_copy(update={"prompts_per_batch": pps}),
-            "sync": LocalSync(
-                **config.sync.model_dump(include=set(LocalSync.model_fields) - {"transport"})
-            ),
+            "trainer": config.trainer.model_copy(update={"checkpoint_every": 0}),
+            "sync": LocalSync(**sync),
         }
     )
+
+
+def _generate(generator: Generator, trainer: Trainer, timeout_s: float) -> None:
+    """One step's batch, once the trainer's newest version has been taken up."""
+    deadline = time.monotonic() + timeout_s
+    wait_ms = 0
+    while not generator.step(wait_ms):
+        trainer.check_background()
+        if time.monotonic() > deadline:
+            raise SyncError(f"no new policy version within sync.timeout_s={timeout_s}")
+        wait_ms = WAIT_MS
 
 
 def run_sync(config: RunConfig) -> dict[str, Any]:
     config = lock_step_config(config)
     store = MemoryStore()
-    hub = MemoryHub(config.run_id, max_queue=config.broker.max_queue)
+    hub = MemoryHub(
+        config.run_id,
+        max_queue=config.broker.max_queue,
+        hwm=config.broker.hwm,
+        max_message_bytes=config.broker.max_message_bytes,
+    )
 
     def runtime(role: str, worker_id: str) -> RoleRuntime:
-        rejections = Rejections(
-            role, lambda reason, count: store.count_rejected(role, reason, count)
-        )
+        rejections = build.rejections_of(role, config, store)
 
-        def bus() -> Any:
+        def bus() -> Bus:
             return hub.client(worker_id, on_reject=rejections.record)
 
         return RoleRuntime(role, config, worker_id, store, bus(), rejections, bus)
@@ -62,28 +76,24 @@ def run_sync(config: RunConfig) -> dict[str, Any]:
     runtimes = [runtime("trainer", "trainer"), runtime("generator", "generator-0"),
                 runtime("reward", "reward-0")]  # fmt: skip
     trainer_rt, generator_rt, reward_rt = runtimes
-    trainer = build.trainer(trainer_rt, make_publisher(config.sync, config.run_id, None, None))
-    rng = torch.Generator().manual_seed(config.seed * 100_003 + zlib.crc32(b"generator-0"))
-    generator = Generator(
-        generator_rt,
-        trainer.policy,
-        make_prompt_set(config.task, config.seed),
-        make_receiver(config.sync, "generator-0", None),
-        rng,
-    )
+    trainer = build.trainer(trainer_rt, make_publisher(config.sync, config.run_id))
+    receiver = make_receiver(config.sync, generator_rt.worker_id)
+    generator = build.generator(generator_rt, receiver, policy=trainer.policy)
     scorer = build.reward(reward_rt)
     try:
         trainer.start()
         while not trainer.done:
             started = time.monotonic()
-            wait_ms = 0
-            while not generator.step(wait_ms):
-                wait_ms = WAIT_MS
+            _generate(generator, trainer, config.sync.timeout_s)
             generated = time.monotonic()
-            scorer.score_waiting(0)
+            while scorer.score_waiting(0):
+                pass
             scored = time.monotonic()
-            if not trainer.gather(WAIT_MS):
-                raise RuntimeError("the step's scored groups did not reach the trainer")
+            if not trainer.gather(0):
+                raise RuntimeError(
+                    f"step {trainer.step + 1}: fewer scored groups than trainer.prompts_per_step "
+                    f"reached the trainer (rejected: {store.rejected()})"
+                )
             trainer.train_step(
                 {"generate_s": generated - started, "score_s": scored - generated},
                 step_started=started,

@@ -34,7 +34,7 @@ def run_worker(role: str, argv: list[str] | None, body: Callable[[RoleRuntime], 
     """Connect the role's runtime, run `body`, always close. Exit codes: 0 done, 2 bad config,
     3 Redis unreachable past `redis.connect_deadline_s` (one clear line, no retry loop)."""
     args = parse_worker_args(role, argv)
-    worker_id = args.worker_id or f"{role}-{socket.gethostname()}-{os.getpid()}"
+    worker_id = args.worker_id or f"{role}-{socket.gethostname()[:32]}-{os.getpid()}"
     configure_logging(role, worker_id, args.log_format)
     try:
         config = load_config(args.config) if args.config else parse_config({})

@@ -17,7 +17,7 @@ from llamarl.bus import BusClient
 from llamarl.checkpoint import CheckpointStore
 from llamarl.config import RunConfig
 from llamarl.curve import load_curve
-from llamarl.engine.model import make_policy
+from llamarl.engine.model import Policy, make_policy
 from llamarl.errors import ConfigError
 from llamarl.evaluate import accuracy
 from llamarl.learner import Learner
@@ -30,9 +30,16 @@ from llamarl.roles.runtime import RoleRuntime
 from llamarl.roles.trainer import Trainer
 from llamarl.roles.trainer_durability import Checkpointer
 from llamarl.sft import starting_policy
-from llamarl.store import RedisStore
+from llamarl.store import RedisStore, RejectCounts
 from llamarl.tasks import make_prompt_set
-from llamarl.weightsync import WeightPublisher, WeightReceiver, make_publisher, make_receiver
+from llamarl.weightsync import (
+    WeightPublisher,
+    WeightReceiver,
+    make_publisher,
+    make_receiver,
+    resolve_transport,
+)
+from llamarl.weightsync.messages import MAX_WORKER_ID
 
 
 def connect(role: str, config: RunConfig, worker_id: str) -> RoleRuntime:
@@ -42,12 +49,18 @@ def connect(role: str, config: RunConfig, worker_id: str) -> RoleRuntime:
         raise ConfigError(
             "redis.url and broker.port: a worker needs both (or LLAMARL_REDIS_URL, LLAMARL_BROKER)"
         )
+    if len(worker_id) > MAX_WORKER_ID:
+        raise ConfigError(
+            f"worker id {worker_id[:20]!r}... is {len(worker_id)} characters; at most "
+            f"{MAX_WORKER_ID} (set --worker-id)"
+        )
+    if resolve_transport(config.sync).transport == "local":
+        raise ConfigError(
+            "sync.transport: local hands weights over inside one process; it works only with "
+            "`llamarl run --mode sync`. Use shm (one host), gloo or nccl"
+        )
     store = RedisStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
-    rejections = Rejections(
-        role,
-        lambda reason, count: store.count_rejected(role, reason, count),
-        log_interval_s=config.broker.reject_log_interval_s,
-    )
+    rejections = rejections_of(role, config, store)
     endpoints = BrokerEndpoints(config.broker.host, config.broker.port)
     curve = load_curve(config.broker.curve_keys)
 
@@ -65,20 +78,31 @@ def connect(role: str, config: RunConfig, worker_id: str) -> RoleRuntime:
     return RoleRuntime(role, config, worker_id, store, bus(), rejections, bus)
 
 
-def generator(runtime: RoleRuntime, receiver: WeightReceiver | None = None) -> Generator:
+def rejections_of(role: str, config: RunConfig, store: RejectCounts) -> Rejections:
+    """The role's rejection counter, adding its counts to the store in batches."""
+    return Rejections(
+        role,
+        lambda reason, count: store.count_rejected(role, reason, count),
+        log_interval_s=config.broker.reject_log_interval_s,
+    )
+
+
+def generator(
+    runtime: RoleRuntime, receiver: WeightReceiver | None = None, policy: Policy | None = None
+) -> Generator:
+    """A generator with its own policy (or `policy`, shared with a trainer in the same process)
+    and its own sampling stream, seeded from the run's seed and its worker id."""
     config = runtime.config
     if receiver is None:
         curve = load_curve(config.broker.curve_keys)
         receiver = make_receiver(config.sync, runtime.worker_id, curve)
-    rng = torch.Generator().manual_seed(
-        config.seed * 100_003 + zlib.crc32(runtime.worker_id.encode())
-    )
+    seed = config.seed * 100_003 + zlib.crc32(runtime.worker_id.encode())
     return Generator(
         runtime,
-        make_policy(config.model, config.seed),
+        policy if policy is not None else make_policy(config.model, config.seed),
         make_prompt_set(config.task, config.seed),
         receiver,
-        rng,
+        torch.Generator().manual_seed(seed),
     )
 
 
@@ -88,7 +112,9 @@ def reward(runtime: RoleRuntime) -> RewardScorer:
 
 
 def trainer(runtime: RoleRuntime, publisher: WeightPublisher | None = None) -> Trainer:
-    """The trainer, resumed from its run's newest checkpoint when there is one."""
+    """The trainer, resumed from its run's newest checkpoint when there is one. Its wall clock
+    starts here, before the model is loaded or warm-started."""
+    started = runtime.clock()
     config = runtime.config
     prompt_set = make_prompt_set(config.task, config.seed)
     checkpoints = CheckpointStore(
@@ -117,4 +143,4 @@ def trainer(runtime: RoleRuntime, publisher: WeightPublisher | None = None) -> T
         return accuracy(policy, held_out, verifier, gen.max_new_tokens, gen.min_new_tokens)
 
     checkpointer = Checkpointer(checkpoints, runtime.store, config.trainer.checkpoint_every)
-    return Trainer(runtime, learner, publisher, checkpointer, evaluate, restored)
+    return Trainer(runtime, learner, publisher, checkpointer, evaluate, restored, started)

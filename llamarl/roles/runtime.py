@@ -10,6 +10,7 @@ handler, or a `stop` on the control topic).
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,12 +21,11 @@ import structlog
 
 from llamarl.bus import Bus
 from llamarl.config import RunConfig
-from llamarl.limits import Rejections
+from llamarl.limits import Clock, Rejections
 from llamarl.store import Store, WorkerBeat
 from llamarl.topics import CONTROL
 
 log = structlog.get_logger(__name__)
-Clock = Callable[[], float]
 
 
 @dataclass
@@ -124,7 +124,9 @@ class RoleRuntime:
         return WorkerBeat(self.worker_id, ttl_s, self._beat_fields(status))
 
     def _beat_fields(self, status: dict[str, Any]) -> dict[str, Any]:
-        fields = {"role": self.role, "status": "running", "busy_s": round(self.timer.busy_s, 3)}
+        # With its pid: a registration that expired (a long warm start) is re-created by a beat.
+        fields = {"role": self.role, "pid": os.getpid(), "status": "running",
+                  "busy_s": round(self.timer.busy_s, 3)}  # fmt: skip
         return fields | {"idle_s": round(self.timer.idle_s, 3), **self.counters, **status}
 
     def write_timers(self) -> None:

@@ -44,9 +44,11 @@ class Trainer:
         checkpointer: Checkpointer,
         evaluate: Callable[[], float],
         restored: Restored | None,
+        started: float,
     ) -> None:
         self.runtime = runtime
-        self.started = runtime.clock()
+        self.started = started
+        """When the trainer's wall clock (`wall_s`) starts: before its model was built."""
         self.learner = learner
         self.policy = learner.policy
         self.publisher = publisher
@@ -220,12 +222,16 @@ class Trainer:
     def done(self) -> bool:
         return self.step >= self.runtime.config.trainer.num_steps
 
+    def check_background(self) -> None:
+        """Raise what failed on the publisher or checkpoint thread."""
+        self.versions.check()
+        self.checkpointer.check()
+
     def run(self) -> dict[str, Any]:
         runtime = self.runtime
         self.start()
         while not self.done and not runtime.stopping:
-            self.versions.check()
-            self.checkpointer.check()
+            self.check_background()
             runtime.beat(**self._status(self.last))
             short = len(self.buffer) < runtime.config.trainer.prompts_per_step
             started = runtime.clock()

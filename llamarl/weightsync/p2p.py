@@ -208,7 +208,9 @@ def _parse_reply(raw: bytes, endpoint: str) -> TransferReply:
     except ProtocolError as err:
         raise SyncError(f"weight server at {endpoint}: malformed reply ({err})") from None
     if isinstance(reply, TransferRefusal):
-        raise SyncError(f"trainer weight server at {endpoint}: {reply.error[:200]}")
+        raise SyncError(
+            f"trainer weight server at {endpoint}: {reply.error[: messages.MAX_ERROR_TEXT]}"
+        )
     return reply
 
 

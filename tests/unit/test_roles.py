@@ -1,0 +1,54 @@
+"""The role components on in-process parts: the synchronous baseline composed of them, and the
+checks `build` makes before a role connects anywhere."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llamarl.config import RunConfig, parse_config
+from llamarl.errors import ConfigError
+from llamarl.roles import build
+from llamarl.sync_run import run_sync
+
+MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
+         "max_position_embeddings": 32}  # fmt: skip
+
+
+def _config(tmp_path: Path, **sections: Any) -> RunConfig:
+    tree = {"run_id": "roles", "run_dir": str(tmp_path), "model": MODEL,
+            "task": {"kind": "arithmetic", "num_digits": 1, "num_eval": 4},
+            "generation": {"num_samples": 2, "max_new_tokens": 3, "min_new_tokens": 3},
+            "trainer": {"prompts_per_step": 2, "num_steps": 2, "eval_every": 2}}  # fmt: skip
+    return parse_config(tree | sections)
+
+
+def test_sync_run_trains_every_step_on_a_full_step_of_work(tmp_path: Path) -> None:
+    """More prompts a step than the scorer takes in one batch, so the lock step must drain it."""
+    trainer = {"prompts_per_step": 70, "num_steps": 2, "eval_every": 2, "checkpoint_every": 1}
+    summary = run_sync(_config(tmp_path, trainer=trainer))
+    assert summary["mode"] == "sync" and summary["steps"] == 2
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(r["num_tokens"] == 70 * 2 * 3 for r in records), "equal work every step"
+    assert all({"generate_s", "score_s", "train_s", "step_s"} <= r.keys() for r in records)
+    trained = (tmp_path / "trained.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["ticket_id"] for line in trained) == list(range(140))
+    assert max(json.loads(line)["staleness"] for line in trained) == 0
+    assert not (tmp_path / "checkpoints").exists(), "a sync run cannot resume: no checkpoints"
+
+
+def test_an_async_role_refuses_the_in_process_transport_before_connecting(tmp_path: Path) -> None:
+    config = _config(tmp_path, sync={"transport": "local"},
+                     redis={"url": "redis://127.0.0.1:1/0"}, broker={"port": 5555})  # fmt: skip
+    with pytest.raises(ConfigError, match="sync.transport: local .* --mode sync"):
+        build.connect("generator", config, "generator-0")
+
+
+def test_a_worker_id_too_long_for_the_wire_is_refused(tmp_path: Path) -> None:
+    config = _config(tmp_path, redis={"url": "redis://127.0.0.1:1/0"}, broker={"port": 5555})
+    with pytest.raises(ConfigError, match="worker id .* 65 characters; at most 64"):
+        build.connect("generator", config, "g" * 65)
