@@ -84,6 +84,7 @@ def test_async_run_lifts_held_out_accuracy(async_summary: dict[str, Any]) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # its fixture's whole async run plus its own (two warm starts)
 def test_killed_trainer_resumes_from_its_checkpoint(
     tmp_path: Path, async_summary: dict[str, Any]
 ) -> None:
