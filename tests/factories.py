@@ -55,3 +55,16 @@ def every_kind() -> list[object]:
         Control(command="stop", args={"reason": "test"}),
         Heartbeat(role="generator", worker_id="gen-0", status="running", counters={"busy_s": 1.5}),
     ]
+
+
+class FakeClock:
+    """A clock that moves only when the test advances it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

@@ -15,24 +15,12 @@ from typing import TypeVar
 
 from brokers.redis_server import RedisServer
 from llamarl.store import MemoryStore, RedisStore, Store
+from tests.factories import FakeClock
 
 T = TypeVar("T")
 KINDS = ["redis", "memory"]
 DEADLINE_S = 15.0  # real seconds for Redis, clock seconds for memory
 POLL_S = 0.01
-
-
-class FakeClock:
-    """A monotonic clock that moves only when told."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @dataclass

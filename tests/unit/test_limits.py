@@ -7,19 +7,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from llamarl.limits import RateLimiter, Rejections
-
-
-class FakeClock:
-    """A clock that moves only when the test advances it."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from tests.factories import FakeClock
 
 
 def test_rate_limiter_allows_a_burst_then_the_rate_per_peer() -> None:
