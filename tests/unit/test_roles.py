@@ -22,13 +22,19 @@ def _config(tmp_path: Path, **sections: Any) -> RunConfig:
     tree = {"run_id": "roles", "run_dir": str(tmp_path), "model": MODEL,
             "task": {"kind": "arithmetic", "num_digits": 1, "num_eval": 4},
             "generation": {"num_samples": 2, "max_new_tokens": 3, "min_new_tokens": 3},
-            "trainer": {"prompts_per_step": 2, "num_steps": 2, "eval_every": 2}}  # fmt: skip
+            "trainer": {"prompts_per_step": 2, "num_steps": 2, "eval_every": 2, "sft_steps": 0}}  # fmt: skip
     return parse_config(tree | sections)
 
 
 def test_sync_run_trains_every_step_on_a_full_step_of_work(tmp_path: Path) -> None:
     """More prompts a step than the scorer takes in one batch, so the lock step must drain it."""
-    trainer = {"prompts_per_step": 70, "num_steps": 2, "eval_every": 2, "checkpoint_every": 1}
+    trainer = {
+        "prompts_per_step": 70,
+        "num_steps": 2,
+        "eval_every": 2,
+        "checkpoint_every": 1,
+        "sft_steps": 0,
+    }
     summary = run_sync(_config(tmp_path, trainer=trainer))
     assert summary["mode"] == "sync" and summary["steps"] == 2
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
