@@ -1,16 +1,23 @@
 """The ZeroMQ broker: a validating fan-out forwarder and a credit-based work distributor.
 
 Fan-out (XSUB -> XPUB): every message published on a fan-out topic reaches every subscriber of
-that topic. XPUB drops for a subscriber whose queue is at the high-water mark; fan-out topics
-(versions, control, heartbeats) tolerate that because their state is also in Redis.
+that topic. Subscriptions are applied by the broker itself (XPUB manual mode), only for exact
+fan-out topic names: an empty-prefix (wildcard) or unknown subscription is refused, counted and
+receives nothing. XPUB drops for a subscriber whose queue is at the high-water mark; fan-out
+topics (versions, control, heartbeats) tolerate that because their state is also in Redis.
 
 Work (PULL -> ROUTER): a consumer (DEALER) sends `READY <topic> <n>` to add n credits, or
 `CREDIT <topic> <n>` to set its credits to n (an idle consumer re-announces so, which also
-restores its credits after a broker restart); each work
-message goes to exactly one consumer holding a credit, in grant order. The broker holds at most
-`max_queue` messages per work topic; when any topic's queue is full it stops reading producers,
-whose PUSH sockets then fill to their HWM and block: backpressure, never silent loss. Messages
-already handed to a consumer that dies are lost with it; prompt-ticket leases recover those.
+restores its credits after a broker restart); a consumer holds at most MAX_CONSUMER_CREDIT, so a
+flood of credit messages costs O(1) each. Each work message goes to exactly one consumer holding
+a credit, round robin. The broker holds at most `max_queue` messages and `max_queue_bytes` bytes
+per work topic; when any topic's queue is full it stops reading producers, whose PUSH sockets
+then fill to their HWM and block: backpressure, never silent loss. Messages already handed to a
+consumer that dies are lost with it; prompt-ticket leases recover those.
+
+Size: ZeroMQ itself refuses (and disconnects) a producer whose frame is over
+`max_message_bytes`, and a consumer or subscriber whose command is over COMMAND_BYTES, before
+the frame is buffered.
 
 Every frame passes its sender's rate limit (before decoding) and is validated by
 `llamarl.protocol.validate_frames` (as every client validates what it receives) before it is
@@ -21,7 +28,7 @@ interval, batched to Redis) and the broker keeps serving.
 from __future__ import annotations
 
 import threading
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 
 import msgpack
@@ -39,7 +46,8 @@ log = structlog.get_logger(__name__)
 POLL_MS = 100
 RETRY_MS = 2  # poll timeout while a consumer that holds credit had a full pipe
 DRAIN_BATCH = 256
-MAX_CREDIT_GRANT = 1000
+MAX_CONSUMER_CREDIT = 1000
+COMMAND_BYTES = 4096
 CREDIT_COMMANDS = (b"READY", b"CREDIT")
 
 
@@ -54,6 +62,7 @@ class Broker:
         hwm: int,
         max_queue: int,
         max_message_bytes: int,
+        max_queue_bytes: int = 1 << 30,
         rejections: Rejections | None = None,
         rate_limit: RateLimiter | None = None,
         curve: Curve | None = None,
@@ -61,22 +70,32 @@ class Broker:
         self.endpoints = endpoints
         self.run_id = run_id
         self.max_queue = max_queue
+        self.max_queue_bytes = max_queue_bytes
         self.max_message_bytes = max_message_bytes
         self.rejections = rejections or Rejections("broker")
         self.rate_limit = rate_limit or RateLimiter(0, 1)
         self.counters: Counter[str] = Counter()
         self.queues: dict[str, deque[bytes]] = {topic: deque() for topic in WORK_TOPICS}
-        self.credits: dict[str, deque[bytes]] = {topic: deque() for topic in WORK_TOPICS}
+        self.queued_bytes: dict[str, int] = dict.fromkeys(WORK_TOPICS, 0)
+        self.credits: dict[str, OrderedDict[bytes, int]] = {t: OrderedDict() for t in WORK_TOPICS}
+        """Per work topic, consumer identity -> credits, in round-robin order."""
         self._stop = threading.Event()
         self._ctx = zmq.Context()
         self._auth = curve.authenticator(self._ctx) if curve is not None else None
-        self.pub_in = make_socket(self._ctx, zmq.XSUB, hwm, curve, server=True)
-        self.sub_out = make_socket(self._ctx, zmq.XPUB, hwm, curve, server=True)
-        self.work_in = make_socket(self._ctx, zmq.PULL, hwm, curve, server=True)
-        self.work_out = make_socket(self._ctx, zmq.ROUTER, hwm, curve, server=True)
+
+        def bound(kind: int, max_bytes: int) -> zmq.Socket:
+            return make_socket(
+                self._ctx, kind, hwm, curve, server=True, max_message_bytes=max_bytes
+            )
+
+        self.pub_in = bound(zmq.XSUB, max_message_bytes)
+        self.sub_out = bound(zmq.XPUB, COMMAND_BYTES)
+        self.work_in = bound(zmq.PULL, max_message_bytes)
+        self.work_out = bound(zmq.ROUTER, COMMAND_BYTES)
         self.work_out.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        # Every subscription notice reaches the broker, so malformed ones are seen and counted.
+        # Every subscription notice reaches the broker, which applies only the valid ones.
         self.sub_out.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self.sub_out.setsockopt(zmq.XPUB_MANUAL, 1)
         self.pub_in.bind(endpoints.pub_in)
         self.sub_out.bind(endpoints.sub_out)
         self.work_in.bind(endpoints.work_in)
@@ -110,16 +129,20 @@ class Broker:
             return None
 
     def _check_subscription(self) -> None:
-        """A subscriber's notice must be one frame: 0x01 (subscribe) and a fan-out topic.
-        Unsubscribes (0x00) are ignored: libzmq sends them only for topics subscribed before,
-        whose subscription was already checked."""
+        """A subscriber's notice must be one frame: 0x01 (subscribe) or 0x00 (unsubscribe) and
+        an exact fan-out topic; only then does the broker apply it (to the notice's sender)."""
         frames = self._receive(self.sub_out)
-        if frames is None or frames[0][:1] == b"\x00":
+        if frames is None:
             return
-        if len(frames) != 1 or frames[0][:1] != b"\x01":
-            self._reject("bad_subscription", repr(frames[0][:20]))
-        elif frames[0][1:].decode("utf-8", "replace") not in FANOUT_TOPICS:
-            self._reject("unknown_topic", frames[0][1:40].decode("utf-8", "replace"))
+        notice = frames[0]
+        topic = notice[1:].decode("utf-8", "replace")
+        if len(frames) != 1 or notice[:1] not in (b"\x00", b"\x01"):
+            self._reject("bad_subscription", repr(notice[:20]))
+        elif topic not in FANOUT_TOPICS:
+            self._reject("unknown_topic", topic[:40])
+        else:
+            option = zmq.SUBSCRIBE if notice[:1] == b"\x01" else zmq.UNSUBSCRIBE
+            self.sub_out.setsockopt(option, notice[1:])
 
     def _forward_fanout(self) -> None:
         frames = self._receive(self.pub_in)
@@ -134,6 +157,7 @@ class Broker:
         topic = self._valid(frames, WORK_TOPICS)
         if topic is not None:
             self.queues[topic].append(frames[1])
+            self.queued_bytes[topic] += len(frames[1])
             self._dispatch(topic)
 
     def _handle_consumer(self) -> None:
@@ -152,11 +176,14 @@ class Broker:
         if topic not in WORK_TOPICS:
             self._reject("unknown_topic", topic[:40])
             return
-        grant = min(int(command[2]), MAX_CREDIT_GRANT)
         credits = self.credits[topic]
-        if command[0] == b"CREDIT":  # set, not add: a consumer re-announcing after a restart
-            self.credits[topic] = credits = deque(c for c in credits if c != identity)
-        credits.extend([identity] * grant)
+        # CREDIT sets, not adds: a consumer re-announcing after a restart.
+        held = credits.get(identity, 0) if command[0] == b"READY" else 0
+        total = min(held + int(command[2]), MAX_CONSUMER_CREDIT)
+        if total:
+            credits[identity] = total
+        else:
+            credits.pop(identity, None)
         self._dispatch(topic)
 
     def _send_to(self, identity: bytes, frames: list[bytes]) -> str:
@@ -172,18 +199,22 @@ class Broker:
 
     def _dispatch(self, topic: str) -> None:
         queue, credits = self.queues[topic], self.credits[topic]
-        full: list[bytes] = []
+        full: list[tuple[bytes, int]] = []
         while queue and credits:
-            identity = credits.popleft()
+            identity, held = credits.popitem(last=False)
             outcome = self._send_to(identity, [topic.encode(), queue[0]])
             if outcome == "sent":
-                queue.popleft()
+                self.queued_bytes[topic] -= len(queue.popleft())
                 self.counters["work"] += 1
+                if held > 1:
+                    credits[identity] = held - 1  # to the back: round robin
             elif outcome == "full":
-                full.append(identity)
+                full.append((identity, held))
         # Retried on the next loop turn (see `_stalled`): libzmq tells a ROUTER that a peer's
         # pipe has room again only by letting the next send through.
-        credits.extendleft(reversed(full))
+        for identity, held in reversed(full):
+            credits[identity] = held
+            credits.move_to_end(identity, last=False)
 
     def _stalled(self) -> list[str]:
         """Work topics holding both queued messages and credits: their last dispatch found the
@@ -191,7 +222,10 @@ class Broker:
         return [t for t, q in self.queues.items() if q and self.credits[t]]
 
     def _room_for_work(self) -> bool:
-        return all(len(q) < self.max_queue for q in self.queues.values())
+        return all(
+            len(queue) < self.max_queue and self.queued_bytes[topic] < self.max_queue_bytes
+            for topic, queue in self.queues.items()
+        )
 
     def serve(self) -> None:
         log.info("broker serving", endpoints=str(self.endpoints), curve=self._auth is not None)

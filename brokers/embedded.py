@@ -54,6 +54,23 @@ class EmbeddedServices:
         self.start_broker(timeout_s)
         return self
 
+    def dead(self) -> list[str]:
+        """The services ("redis", "broker") whose process has exited."""
+        procs = {"redis": self.redis.process if self.redis else None, "broker": self.broker}
+        return [
+            name for name, proc in procs.items() if proc is not None and proc.poll() is not None
+        ]
+
+    def restart(self, name: str) -> None:
+        """Start a dead service again where it was: Redis on its port from its append-only
+        file (nothing acknowledged is lost: every write is fsynced), the broker on its ports
+        (clients reconnect and re-announce their credit)."""
+        if name == "redis":
+            assert self.redis is not None
+            self.redis = RedisServer(self.directory / "redis", port=self.redis.port).start()
+        else:
+            self.start_broker()
+
     def start_broker(self, timeout_s: float = 20.0) -> None:
         log_path = self.directory / "broker.log"
         with open(log_path, "ab") as log_file:

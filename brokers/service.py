@@ -7,11 +7,13 @@ URL, and always in the broker's own counters (answered to `STATS` on the work so
 from __future__ import annotations
 
 import argparse
+import errno
 import signal
 import sys
 from types import FrameType
 
 import structlog
+import zmq
 
 from brokers.broker import Broker
 from llamarl.config import RunConfig, load_config, parse_config
@@ -34,6 +36,7 @@ def build_broker(config: RunConfig, store: RedisStore | None) -> Broker:
         hwm=config.broker.hwm,
         max_queue=config.broker.max_queue,
         max_message_bytes=config.broker.max_message_bytes,
+        max_queue_bytes=config.broker.max_queue_bytes,
         rejections=Rejections("broker", sink, log_interval_s=section.reject_log_interval_s),
         rate_limit=RateLimiter(section.rate_limit_per_s, section.rate_burst),
         curve=load_curve(section.curve_keys),
@@ -46,7 +49,16 @@ def run_broker(config: RunConfig) -> int:
         if config.redis.url
         else None
     )
-    broker = build_broker(config, store)
+    try:
+        broker = build_broker(config, store)
+    except zmq.ZMQError as err:
+        if err.errno != errno.EADDRINUSE:
+            raise
+        port = int(config.broker.port or 0)
+        raise ConfigError(
+            f"broker.port {port}: ports {port}..{port + 3} must be free ({err.strerror}); "
+            "choose another broker.port"
+        ) from None
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         broker.stop()

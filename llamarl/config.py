@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -41,9 +42,17 @@ class FieldConflict(ValueError):
 
 class RedisConfig(_Section):
     url: str | None = None
-    """redis:// or unix:// URL (password/ACL user in the URL); null starts a private embedded one."""
+    """redis://, rediss:// or unix:// URL (password/ACL user in the URL); null starts a private
+    embedded one."""
     connect_deadline_s: float = Field(30.0, gt=0, le=3600)
     """How long a worker keeps retrying an unreachable Redis before it exits non-zero."""
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"{url!r} is not a Redis URL: use redis://host:port/db or unix://path")
+        return url
 
 
 class BrokerConfig(_Section):
@@ -55,11 +64,14 @@ class BrokerConfig(_Section):
     """ZeroMQ high-water mark per socket: messages queued per peer before backpressure."""
     max_queue: int = Field(10_000, ge=1, le=10_000_000)
     """Messages the broker holds per work topic; when full it stops reading producers."""
+    max_queue_bytes: int = Field(1 << 30, ge=1024, le=1 << 40)
+    """Bytes the broker holds per work topic; when reached it stops reading producers too."""
     consumer_credit: int | None = Field(None, ge=1, le=1000)
     """Work messages a consumer may hold unacknowledged (prefetch). null sizes it to demand: a
     reward worker one generator batch, the trainer one step plus `max_staleness` steps ahead."""
     max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024, le=1 << 31)
-    """Frames larger than this are rejected before decoding."""
+    """Frames larger than this are refused by ZeroMQ as they arrive (the sender's connection is
+    dropped, nothing is buffered) on every broker and client socket."""
     rate_limit_per_s: float = Field(20_000.0, ge=0, le=1e9)
     """Frames a second the broker accepts from one peer address (all processes of one host
     share it), checked before decoding; excess frames are rejected as `rate_limited`. 0: off."""
@@ -338,7 +350,10 @@ class WorkersConfig(_Section):
     pin_cores: bool = True
     """`llamarl run` pins the trainer and each generator to cores of their own when they fit."""
     max_restarts: int = Field(3, ge=0, le=1000)
-    """`llamarl run` restarts a dead generator or reward worker up to this many times each."""
+    """`llamarl run` restarts a dead worker (the trainer resumes from its checkpoint) up to this
+    many times each within any `restart_window_s`; one more crash in the window ends the run."""
+    restart_window_s: float = Field(600.0, gt=0, le=7 * 86400)
+    """The window `max_restarts` counts over: crashes further apart than this never add up."""
 
     @model_validator(mode="after")
     def _fields_agree(self) -> WorkersConfig:
@@ -465,3 +480,20 @@ def load_config(path: str | Path, environ: dict[str, str] | None = None) -> RunC
 def dump_config(config: RunConfig) -> str:
     """The resolved config as YAML, as written into the run directory."""
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def writable_run_dir(config: RunConfig) -> Path:
+    """The run directory, created when missing; ConfigError naming `run_dir` when this process
+    cannot write there."""
+    run_dir = Path(config.run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / f".write-probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(
+            f"run_dir {run_dir}: cannot write there ({err.strerror}); set run_dir (or "
+            "LLAMARL_RUN_DIR) to a writable directory"
+        ) from None
+    return run_dir

@@ -26,3 +26,7 @@ class StaleVersionError(LlamarlError):
 
 class SyncError(LlamarlError):
     """A weight transfer failed: timeout, dead peer, size or checksum mismatch."""
+
+
+class NonFiniteError(LlamarlError):
+    """The trainer's weights became NaN or infinite; nothing of them is published or saved."""

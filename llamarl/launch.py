@@ -11,45 +11,98 @@ signals it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
 from llamarl import supervise
-from llamarl.config import RunConfig, dump_config
+from llamarl.config import RunConfig, dump_config, writable_run_dir
 from llamarl.cores import CoreSplit, set_affinity
+from llamarl.engine.model import check_model_path
+from llamarl.errors import ConfigError
 from llamarl.monitor import progress_line
 from llamarl.store import RedisStore, Store
+from llamarl.weightsync import check_crosses_processes
 
 log = structlog.get_logger(__name__)
 
 POLL_S = 0.5
 PROGRESS_S = 2.0
 STOP_TIMEOUT_S = 10.0
+WATCH_DEADLINE_S = 1.0
+CONFIG_EXIT = 2
+"""A worker's exit code for a configuration it refuses (bad model path, transport, ...)."""
 RUN_FILES = ("metrics.jsonl", "trained.jsonl", "summary.json")
 Spawn = Callable[[str, str], subprocess.Popen[bytes]]
+
+
+class Services(Protocol):
+    """The run's own Redis and broker, when the launcher started them (brokers.embedded)."""
+
+    def dead(self) -> list[str]: ...
+
+    def restart(self, name: str) -> None: ...
 
 
 def prepare_run_dir(config: RunConfig, resume: bool) -> Path:
     """The run directory, emptied of a previous run's results, checkpoints and embedded Redis
     data unless resuming, with the resolved config written into it."""
-    run_dir = Path(config.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if not resume:
-        for name in RUN_FILES:
-            (run_dir / name).unlink(missing_ok=True)
-        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-        shutil.rmtree(run_dir / "redis", ignore_errors=True)
-    (run_dir / "config.yaml").write_text(dump_config(config))
-    (run_dir / "logs").mkdir(exist_ok=True)
+    run_dir = writable_run_dir(config)
+    try:
+        if not resume:
+            for name in RUN_FILES:
+                (run_dir / name).unlink(missing_ok=True)
+            shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+            shutil.rmtree(run_dir / "redis", ignore_errors=True)
+        (run_dir / "config.yaml").write_text(dump_config(config))
+        (run_dir / "logs").mkdir(exist_ok=True)
+    except OSError as err:
+        raise ConfigError(
+            f"run_dir {run_dir}: cannot write there ({err.strerror}); set run_dir (or "
+            "LLAMARL_RUN_DIR) to a writable directory"
+        ) from None
     return run_dir
+
+
+def worker_env(split: CoreSplit, services: dict[str, str]) -> dict[str, str]:
+    """The environment of every worker process: this one's, the embedded services' addresses
+    and the thread counts of the cores split."""
+    log.info("cores split", trainer_threads=split.trainer_threads,
+             generator_threads=split.generator_threads, pins=split.pins)  # fmt: skip
+    return {**os.environ, **services,
+            "LLAMARL__WORKERS__TRAINER_THREADS": str(split.trainer_threads),
+            "LLAMARL__WORKERS__GENERATOR_THREADS": str(split.generator_threads)}  # fmt: skip
+
+
+def preflight(config: RunConfig, mode: str) -> None:
+    """What a launch can tell is wrong before it starts anything (ConfigError naming the field):
+    a model path that is not a model directory; an async run on the in-process transport."""
+    check_model_path(config.model)
+    if mode == "async":
+        check_crosses_processes(config.sync)
+
+
+def check_redis(config: RunConfig, url: str, timeout_s: float = 3.0) -> None:
+    """ConnectionError naming `redis.url` unless Redis answers within `timeout_s`."""
+    probe = RedisStore(url, config.run_id, connect_deadline_s=timeout_s)
+    try:
+        probe.ping()
+    except ConnectionError as err:
+        raise ConnectionError(
+            f"redis.url {url}: no answer within {timeout_s:g} s ({err}); start Redis there or "
+            "fix redis.url"
+        ) from None
+    finally:
+        probe.close()
 
 
 @dataclass
@@ -83,12 +136,23 @@ class Supervisor:
     """Watches the children: restarts a dead one (up to `workers.max_restarts` times each) and
     ends the run when the trainer finishes."""
 
-    def __init__(self, config: RunConfig, spawn: Spawn, pins: dict[str, list[int]]) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        spawn: Spawn,
+        pins: dict[str, list[int]],
+        clock: Callable[[], float] = time.monotonic,
+        services: Services | None = None,
+    ) -> None:
         self.config = config
+        self.services = services
+        self.clock = clock
         self.spawn = spawn
         self.pins = pins
         self.children: list[Child] = []
         self.restarts: dict[str, int] = {}
+        """Restarts of each worker over the whole run (reported in the summary)."""
+        self._recent: dict[str, deque[float]] = {}
 
     def _spawn(self, role: str, worker_id: str) -> Child:
         child = Child(role, worker_id, self.spawn(role, worker_id))
@@ -99,14 +163,38 @@ class Supervisor:
     def start(self, role: str, worker_id: str) -> None:
         self.children.append(self._spawn(role, worker_id))
 
-    def _restart(self, index: int, code: int) -> None:
+    def _charge(self, name: str, what: str) -> None:
+        """Count a restart of `name` against its budget; RuntimeError saying `what` happened
+        when the budget of the window is spent."""
+        workers = self.config.workers
+        now = self.clock()
+        recent = self._recent.setdefault(name, deque())
+        while recent and now - recent[0] > workers.restart_window_s:
+            recent.popleft()
+        if len(recent) >= workers.max_restarts:
+            window = f" after {len(recent)} restarts in {workers.restart_window_s:g} s"
+            raise RuntimeError(what + (window if recent else ""))
+        recent.append(now)
+        count = self.restarts[name] = self.restarts.get(name, 0) + 1
+        log.warning("restarting", what=what, restart=count)
+
+    def restart_services(self) -> None:
+        """Restart the run's own Redis or broker if it died (same budget as a worker)."""
+        if self.services is None:
+            return
+        for name in self.services.dead():
+            self._charge(name, f"the run's {name} died")
+            self.services.restart(name)
+
+    def restart(self, index: int, code: int) -> None:
+        """Restart a dead child, unless it already used up its restarts in the last window."""
         child = self.children[index]
-        count = self.restarts.get(child.worker_id, 0)
-        if count >= self.config.workers.max_restarts:
-            tries = f" after {count} restarts" if count else ""
-            raise RuntimeError(f"{child.role} {child.worker_id} exited with code {code}{tries}")
-        self.restarts[child.worker_id] = count + 1
-        log.warning("restarting worker", worker=child.worker_id, exit_code=code, restart=count + 1)
+        if code == CONFIG_EXIT:  # restarting cannot help a worker its config is wrong for
+            raise RuntimeError(
+                f"{child.role} {child.worker_id} refused its configuration (exit {code}); "
+                f"its log says why: logs/{child.worker_id}.log"
+            )
+        self._charge(child.worker_id, f"{child.role} {child.worker_id} exited with code {code}")
         self.children[index] = self._spawn(child.role, child.worker_id)
 
     def wait_for_trainer(self, store: Store) -> None:
@@ -114,6 +202,7 @@ class Supervisor:
         last_progress = 0.0
         tty = sys.stderr.isatty()
         while True:
+            self.restart_services()
             for index, child in enumerate(self.children):
                 code = child.process.poll()
                 if code is None:
@@ -122,23 +211,41 @@ class Supervisor:
                     if tty:
                         sys.stderr.write("\n")
                     return
-                if code == 0 and store.run_status() == "finished":
+                if code == 0 and _finished(store):
                     continue  # told to stop by the finishing trainer
-                self._restart(index, code)
+                self.restart(index, code)
             if time.monotonic() - last_progress > PROGRESS_S:
                 last_progress = time.monotonic()
-                line = progress_line(store, self.config.trainer.num_steps)
+                try:
+                    line = progress_line(store, self.config.trainer.num_steps)
+                except ConnectionError:  # Redis is down: restarted on the next turn
+                    line = "redis unreachable"
                 sys.stderr.write(f"\r{line}" if tty else f"{line}\n")
                 sys.stderr.flush()
             time.sleep(POLL_S)
 
 
-def run_roles(config: RunConfig, redis_url: str, spawn: Spawn, split: CoreSplit) -> int:
+def _finished(store: Store) -> bool:
+    try:
+        return store.run_status() == "finished"
+    except ConnectionError:
+        return False
+
+
+def run_roles(
+    config: RunConfig,
+    redis_url: str,
+    spawn: Spawn,
+    split: CoreSplit,
+    services: Services | None = None,
+) -> int:
     """Start the trainer, generators and reward workers, supervise them to the end, print the
     JSON summary (with the ledger and the restarts) as the last stdout line. Exit code."""
     run_dir = Path(config.run_dir)
     store = RedisStore(redis_url, config.run_id, config.redis.connect_deadline_s)
-    supervisor = Supervisor(config, spawn, split.pins)
+    # The watch loop's reads give up fast, so a dead Redis of the run's own is restarted soon.
+    watch = RedisStore(redis_url, config.run_id, connect_deadline_s=WATCH_DEADLINE_S)
+    supervisor = Supervisor(config, spawn, split.pins, services=services)
     try:
         supervisor.start("trainer", "trainer")
         for i in range(config.workers.num_generators):
@@ -146,7 +253,7 @@ def run_roles(config: RunConfig, redis_url: str, spawn: Spawn, split: CoreSplit)
         for i in range(config.workers.num_reward):
             supervisor.start("reward", f"reward-{i}")
         try:
-            supervisor.wait_for_trainer(store)
+            supervisor.wait_for_trainer(watch)
         except RuntimeError as err:
             print(f"run failed: {err}; logs in {run_dir / 'logs'}", file=sys.stderr)
             return 1
@@ -163,3 +270,4 @@ def run_roles(config: RunConfig, redis_url: str, spawn: Spawn, split: CoreSplit)
             stop_all(supervisor.children)
         finally:
             store.close()
+            watch.close()

@@ -11,6 +11,7 @@ loss, so accumulating their gradients gives exactly the one-pass gradient. AdamW
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -20,6 +21,7 @@ from llamarl.algorithms.losses import aggregate, token_terms
 from llamarl.config import AlgorithmConfig, TrainerConfig
 from llamarl.engine.grouped import MicroBatch, TrainGroup, grouped_logprobs, micro_batches, stack
 from llamarl.engine.model import Policy
+from llamarl.errors import NonFiniteError
 
 
 def make_optimizer(parameters: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.AdamW:
@@ -108,7 +110,16 @@ class Learner:
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.policy.model.parameters(), self.trainer.max_grad_norm
         )
-        self.optimizer.step()
+        # A non-finite loss or gradient would poison every weight: the update is skipped.
+        finite = math.isfinite(stats.loss) and bool(torch.isfinite(grad_norm))
+        if finite:
+            self.optimizer.step()
+            norms = torch._foreach_norm(list(self.policy.model.parameters()))
+            if not bool(torch.isfinite(torch.stack(norms)).all()):
+                raise NonFiniteError(
+                    "an optimizer step made the weights non-finite (they are neither published "
+                    "nor checkpointed); lower trainer.lr or trainer.max_grad_norm"
+                )
         tokens = max(num_tokens, 1.0)
         return {
             "loss": stats.loss,
@@ -121,4 +132,5 @@ class Learner:
             "kl_ref": stats.kl,
             "grad_norm": float(grad_norm),
             "num_tokens": num_tokens,
+            "skipped_update": 0.0 if finite else 1.0,
         }

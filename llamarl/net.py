@@ -68,14 +68,23 @@ def free_port_block(host: str = "127.0.0.1", size: int = 4, attempts: int = 50) 
 
 
 def make_socket(
-    ctx: zmq.Context, kind: int, hwm: int, curve: Curve | None = None, *, server: bool = False
+    ctx: zmq.Context,
+    kind: int,
+    hwm: int,
+    curve: Curve | None = None,
+    *,
+    server: bool = False,
+    max_message_bytes: int = -1,
 ) -> zmq.Socket:
     """A socket with explicit high-water marks and linger 0, so close never blocks; with `curve`,
-    a CURVE server (binds; its context needs `curve.authenticator`) or client (connects)."""
+    a CURVE server (binds; its context needs `curve.authenticator`) or client (connects). A peer
+    that sends a message over `max_message_bytes` (-1: no limit) is disconnected by ZeroMQ
+    before the message is buffered."""
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.SNDHWM, hwm)
     sock.setsockopt(zmq.RCVHWM, hwm)
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
     if curve is not None:
         (curve.server if server else curve.client)(sock)
     return sock

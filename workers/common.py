@@ -53,6 +53,9 @@ def run_worker(role: str, argv: list[str] | None, body: Callable[[RoleRuntime], 
         signal.signal(signum, lambda num, _: runtime.request_stop(signal.Signals(num).name))
     try:
         body(runtime)
+    except ConfigError as err:  # found while building the role (a model path, a transport)
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
     except ConnectionError as err:
         log.error("giving up", error=str(err))
         print(f"{role} {worker_id}: {err}", file=sys.stderr)

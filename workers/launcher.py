@@ -11,24 +11,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
 from types import FrameType
 
-import structlog
 import torch
 
 from brokers.embedded import EmbeddedServices
 from llamarl import supervise
 from llamarl.config import load_config
 from llamarl.cores import plan_threads, usable_cores
-from llamarl.launch import prepare_run_dir, run_roles
+from llamarl.launch import check_redis, preflight, prepare_run_dir, run_roles, worker_env
 from llamarl.log import configure_logging
 from llamarl.sync_run import run_sync
-
-log = structlog.get_logger(__name__)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -41,6 +37,7 @@ def main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _interrupt)
     config = load_config(args.config)
     configure_logging("launcher", "launcher", args.log_format)
+    preflight(config, args.mode)  # before any process starts, let alone restarts
     run_dir = prepare_run_dir(config, resume=args.mode == "async" and args.resume)
     if args.mode == "sync":
         torch.set_num_threads(config.workers.num_cores or usable_cores())
@@ -50,11 +47,7 @@ def main(args: argparse.Namespace) -> int:
     if config.redis.url is None:
         services = EmbeddedServices(run_dir, config.run_id, config.broker.curve_keys).start()
     split = plan_threads(config)
-    log.info("cores split", trainer_threads=split.trainer_threads,
-             generator_threads=split.generator_threads, pins=split.pins)  # fmt: skip
-    env = {**os.environ, **(services.env() if services is not None else {}),
-           "LLAMARL__WORKERS__TRAINER_THREADS": str(split.trainer_threads),
-           "LLAMARL__WORKERS__GENERATOR_THREADS": str(split.generator_threads)}  # fmt: skip
+    env = worker_env(split, services.env() if services is not None else {})
 
     def spawn(role: str, worker_id: str) -> subprocess.Popen[bytes]:
         with open(run_dir / "logs" / f"{worker_id}.log", "ab") as log_file:
@@ -68,7 +61,11 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         url = services.redis_url if services is not None else str(config.redis.url)
-        return run_roles(config, url, spawn, split)
+        check_redis(config, url)
+        return run_roles(config, url, spawn, split, services)
+    except ConnectionError as err:
+        print(f"run failed: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"run stopped; carry on with: llamarl run {args.config} --resume", file=sys.stderr)
         raise

@@ -95,7 +95,17 @@ def load_policy(path: str | Path) -> Policy:
     return Policy(model, tokenizer)
 
 
+def check_model_path(config: ModelConfig) -> None:
+    """ConfigError naming `model.path` unless it is a local model directory (a config.json)."""
+    if config.path and not (Path(config.path) / "config.json").is_file():
+        raise ConfigError(
+            f"model.path {config.path}: not a local model directory (no config.json); import one "
+            "with `llamarl model import` or set model.path: null to build a model"
+        )
+
+
 def make_policy(config: ModelConfig, seed: int) -> Policy:
+    check_model_path(config)
     policy = load_policy(config.path) if config.path else build_policy(config, seed)
     if config.chat_template:
         if not policy.tokenizer.chat_template:

@@ -15,7 +15,7 @@ import torch
 
 from llamarl.bus import BusClient
 from llamarl.checkpoint import CheckpointStore
-from llamarl.config import RunConfig
+from llamarl.config import RunConfig, writable_run_dir
 from llamarl.curve import load_curve
 from llamarl.engine.model import Policy, make_policy
 from llamarl.errors import ConfigError
@@ -35,9 +35,9 @@ from llamarl.tasks import make_prompt_set
 from llamarl.weightsync import (
     WeightPublisher,
     WeightReceiver,
+    check_crosses_processes,
     make_publisher,
     make_receiver,
-    resolve_transport,
 )
 from llamarl.weightsync.messages import MAX_WORKER_ID
 
@@ -54,11 +54,8 @@ def connect(role: str, config: RunConfig, worker_id: str) -> RoleRuntime:
             f"worker id {worker_id[:20]!r}... is {len(worker_id)} characters; at most "
             f"{MAX_WORKER_ID} (set --worker-id)"
         )
-    if resolve_transport(config.sync).transport == "local":
-        raise ConfigError(
-            "sync.transport: local hands weights over inside one process; it works only with "
-            "`llamarl run --mode sync`. Use shm (one host), gloo or nccl"
-        )
+    check_crosses_processes(config.sync)
+    writable_run_dir(config)  # every role writes its timers there, the trainer its logs
     store = RedisStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
     rejections = rejections_of(role, config, store)
     endpoints = BrokerEndpoints(config.broker.host, config.broker.port)

@@ -21,9 +21,11 @@ import structlog
 from llamarl.background import LatestOnly
 from llamarl.bus import Bus, WorkQueue
 from llamarl.checkpoint import Restored, TrainerState
+from llamarl.errors import ProtocolError
 from llamarl.learner import Learner
 from llamarl.metrics import MetricsWriter
 from llamarl.protocol import Control, ScoredGroup, VersionAnnouncement
+from llamarl.roles.admission import check_scored
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.roles.trainer_durability import Checkpointer, resume, rewind_logs
 from llamarl.rollouts import oldest_version, train_group
@@ -51,6 +53,7 @@ class Trainer:
         """When the trainer's wall clock (`wall_s`) starts: before its model was built."""
         self.learner = learner
         self.policy = learner.policy
+        self.vocab_size = int(self.policy.model.config.vocab_size)
         self.publisher = publisher
         self.checkpointer = checkpointer
         self.evaluate = evaluate
@@ -107,7 +110,14 @@ class Trainer:
     def start(self) -> None:
         """Resume (or start fresh), publish the first version, evaluate the starting policy."""
         runtime = self.runtime
-        resumed = resume(runtime.store, self.restored, self.policy_version, self.lost)
+        restored = self.restored
+        resumed = resume(
+            runtime.store,
+            restored.state if restored is not None else None,
+            runtime.config.sync.every_steps,
+            self.lost,
+            str(restored.path) if restored is not None else None,
+        )
         if resumed is not None:
             self.policy_version, self.buffer = resumed
             runtime.counters["resumes"] = 1
@@ -125,8 +135,15 @@ class Trainer:
         self.scored = runtime.bus.consume(SCORED, credit=credit)
 
     def admit(self, scored: ScoredGroup) -> None:
-        """Buffer a scored group unless its ticket has ended or is buffered already (a late
-        duplicate of a reissued ticket); decided locally, see llamarl.ticket_book."""
+        """Buffer a scored group unless it fails the door's checks (`llamarl.roles.admission`,
+        counted by reason) or its ticket has ended or is buffered already (a late duplicate of a
+        reissued ticket; decided locally, see llamarl.ticket_book)."""
+        try:
+            check_scored(scored, self.vocab_size, self.policy_version)
+        except ProtocolError as err:
+            self.runtime.rejections.record(err.reason, str(err))
+            self.runtime.count("refused_groups")
+            return
         ticket_id = scored.group.ticket_id
         if self.book.has_ended(ticket_id) or any(
             item.group.ticket_id == ticket_id for item in self.buffer

@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 
 from llamarl.background import LatestOnly
-from llamarl.checkpoint import CheckpointStore, Restored, Snapshot, TrainerState, take_snapshot
+from llamarl.checkpoint import CheckpointStore, Snapshot, TrainerState, take_snapshot
 from llamarl.journal import rewind
 from llamarl.learner import Learner
 from llamarl.protocol import ScoredGroup
@@ -28,17 +28,24 @@ log = structlog.get_logger(__name__)
 
 
 def resume(
-    store: Store, restored: Restored | None, trained_version: int, lost: list[dict[str, Any]]
+    store: Store,
+    state: TrainerState | None,
+    every_steps: int,
+    lost: list[dict[str, Any]],
+    source: str | None = None,
 ) -> tuple[int, list[ScoredGroup]] | None:
     """The version to publish next and the groups to train first, or None for a fresh run.
-    `lost` are the journal entries past the checkpoint's step."""
+    `state` is the checkpoint's (from `source`), `lost` the journal entries past its step."""
     current = store.policy_version()
-    if restored is None and current < 0:
+    if state is None and current < 0:
         return None
-    policy_version = max(trained_version, current) + 1
-    # Before the publish, so the gate is never wider than the trained versions allow.
-    store.skip_versions(policy_version - trained_version)
-    held = restored.state.buffer if restored is not None else []
+    checkpoint_version = state.policy_version if state is not None else 0
+    policy_version = max(checkpoint_version, current) + 1
+    # The model is the one of `trained` versions whatever numbers earlier resumes skipped; set
+    # before the publish, so the gate is never wider than the trained versions allow.
+    trained = (state.step if state is not None else 0) // every_steps
+    store.set_version_offset(policy_version - trained)
+    held = state.buffer if state is not None else []
     buffer = [g for g in held if store.reopen_ticket(g.group.ticket_id, requeue=False)]
     held_ids = {g.group.ticket_id for g in buffer}
     requeued = {e["ticket_id"] for e in lost} - held_ids
@@ -46,8 +53,8 @@ def resume(
         store.reopen_ticket(ticket_id, requeue=True)
     log.warning(
         "resumed",
-        checkpoint=str(restored.path) if restored is not None else None,
-        step=restored.state.step if restored is not None else 0,
+        checkpoint=source,
+        step=state.step if state is not None else 0,
         policy_version=policy_version,
         buffered=len(buffer),
         requeued=len(requeued),

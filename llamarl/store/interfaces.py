@@ -27,9 +27,10 @@ class VersionGate(Protocol):
         and changes nothing: versions only ever increase."""
         ...
 
-    def skip_versions(self, count: int) -> None:
-        """Record that a resumed trainer publishes `count` version numbers ahead of what it has
-        trained; the gate subtracts the running total of skipped numbers from the version."""
+    def set_version_offset(self, offset: int) -> None:
+        """Record that published version numbers now lie `offset` above the versions actually
+        trained (a resumed trainer skips numbers so that none is reused). Each resume sets it
+        anew, it never accumulates; the gate counts the published version less the offset."""
         ...
 
     def version_meta(self) -> dict[str, str]:

@@ -80,9 +80,9 @@ class MemoryStore:
             self._policy_version = policy_version
             self._version_meta = text
 
-    def skip_versions(self, count: int) -> None:
+    def set_version_offset(self, offset: int) -> None:
         with self._lock:
-            self._version_offset += count
+            self._version_offset = offset
 
     def version_meta(self) -> dict[str, str]:
         with self._lock:

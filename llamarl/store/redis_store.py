@@ -2,7 +2,7 @@
 
 Key schema (all under `llamarl:<run_id>:`; see README):
   policy_version          string  latest published policy version (only ever increases)
-  version_offset          string  version numbers skipped by trainer resumes (the gate ignores them)
+  version_offset          string  published version less versions trained (set by each trainer resume)
   version                 hash    metadata of that version: num_bytes, checksum, transport, ...
   ledger                  hash    issued, trained, dropped_stale, reissued, duplicate, reopened
   tickets                 hash    ticket_id -> open | trained | dropped_stale (at or above the floor)
@@ -103,11 +103,10 @@ class RedisStore:
                 f"policy version {policy_version} is not above current {self.policy_version()}"
             )
 
-    def skip_versions(self, count: int) -> None:
-        """Record that a resumed trainer publishes `count` version numbers ahead of what it has
-        trained, so the admission gate does not let generators run that far ahead."""
+    def set_version_offset(self, offset: int) -> None:
+        """Published version numbers less this are the versions trained (see the interface)."""
         key = self.key("version_offset")
-        self._call("skip versions", lambda: self.client.incrby(key, count))
+        self._call("set version offset", lambda: self.client.set(key, offset))
 
     def version_meta(self) -> dict[str, str]:
         return self._call("version meta", lambda: self.client.hgetall(self.key("version")))

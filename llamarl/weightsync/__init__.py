@@ -13,6 +13,7 @@ from llamarl.weightsync.base import Staged, WeightPublisher, WeightReceiver
 from llamarl.weightsync.registry import (
     TRANSPORTS,
     Transport,
+    check_crosses_processes,
     make_publisher,
     make_receiver,
     resolve_transport,
@@ -26,5 +27,6 @@ __all__ = [
     "WeightReceiver",
     "make_publisher",
     "make_receiver",
+    "check_crosses_processes",
     "resolve_transport",
 ]

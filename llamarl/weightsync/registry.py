@@ -17,6 +17,7 @@ import torch
 
 from llamarl.config import AutoSync, ConcreteSync, GlooSync, NcclSync, ShmSync, SyncConfig
 from llamarl.curve import Curve
+from llamarl.errors import ConfigError
 from llamarl.limits import RejectHook
 from llamarl.weightsync.base import WeightPublisher, WeightReceiver
 from llamarl.weightsync.gloo import GlooPublisher, GlooReceiver
@@ -94,3 +95,12 @@ def make_receiver(
     """A generator's end of the configured transport."""
     config = resolve_transport(sync_config)
     return TRANSPORTS[config.transport].receiver(config, worker_id, curve)
+
+
+def check_crosses_processes(config: SyncConfig) -> None:
+    """ConfigError naming `sync.transport` when it cannot move weights between processes."""
+    if resolve_transport(config).transport == "local":
+        raise ConfigError(
+            "sync.transport: local hands weights over inside one process; it works only with "
+            "`llamarl run --mode sync`. Use shm (one host), gloo or nccl"
+        )

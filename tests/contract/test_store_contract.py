@@ -138,11 +138,13 @@ def test_total_tickets_caps_the_run(backend: Backend) -> None:
 def test_gate_discounts_version_numbers_skipped_by_a_resume(backend: Backend) -> None:
     store = backend.store
     store.publish_version(2, {})
-    store.skip_versions(2)  # the model behind version 2 is the one of version 0
+    store.set_version_offset(2)  # the model behind version 2 is the one of version 0
     assert len(claim_all(store, "g0")) == BOUND_AT_0
-    store.skip_versions(5)  # more skipped than published: the gate stays at version 0
+    store.set_version_offset(5)  # more skipped than published: the gate stays at version 0
     store.publish_version(3, {})
     assert claim_all(store, "g0") == []
+    store.set_version_offset(2)  # set, not added: version 3 is now the trained version 1
+    assert len(claim_all(store, "g0")) == (1 + 1 + 1) * 5 - BOUND_AT_0
 
 
 def test_claims_come_in_batches_gated_on_the_loaded_version(backend: Backend) -> None:

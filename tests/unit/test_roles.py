@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
+from llamarl.checkpoint import TrainerState
 from llamarl.config import RunConfig, parse_config
 from llamarl.errors import ConfigError
 from llamarl.roles import build
+from llamarl.roles.trainer_durability import resume
+from llamarl.store import MemoryStore
 from llamarl.sync_run import run_sync
 
 MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
@@ -58,3 +61,26 @@ def test_a_worker_id_too_long_for_the_wire_is_refused(tmp_path: Path) -> None:
     config = _config(tmp_path, redis={"url": "redis://127.0.0.1:1/0"}, broker={"port": 5555})
     with pytest.raises(ConfigError, match="worker id .* 65 characters; at most 64"):
         build.connect("generator", config, "g" * 65)
+
+
+def test_repeated_resumes_from_one_checkpoint_keep_the_gate_at_the_trained_version() -> None:
+    """A trainer that crashes again and again before its next checkpoint: every resume publishes
+    a fresh version number, but the gate must keep counting the versions actually trained."""
+    store = MemoryStore()
+    pps, k = 4, 1
+    for version in range(11):  # ten steps trained and published, the checkpoint at step 4
+        store.publish_version(version, {})
+    checkpoint = TrainerState(step=4, policy_version=4)
+    for _ in range(3):
+        resumed = resume(store, checkpoint, every_steps=1, lost=[])
+        assert resumed is not None
+        store.publish_version(resumed[0], {})
+        claimable = store.claim_tickets("g0", 1000, lease_s=60, max_staleness=k,
+                                        prompts_per_step=pps)  # fmt: skip
+        # Tickets of trained version 4 plus k ahead, issued in the first round, none after.
+        assert store.ledger()["issued"] == (4 + k + 1) * pps, claimable
+    newest = resumed[0]
+    for version in (newest + 1, newest + 2):  # the resumed trainer trains steps 5 and 6
+        store.publish_version(version, {})
+    store.claim_tickets("g0", 1000, lease_s=60, max_staleness=k, prompts_per_step=pps)
+    assert store.ledger()["issued"] == (6 + k + 1) * pps, "the gate must open with training"
