@@ -51,7 +51,11 @@ class EmbeddedServices:
 
     def start(self, timeout_s: float = 20.0) -> EmbeddedServices:
         self.redis = RedisServer(self.directory / "redis").start()
-        self.start_broker(timeout_s)
+        try:
+            self.start_broker(timeout_s)
+        except BaseException:
+            self.stop()  # no Redis left behind by a broker that would not start
+            raise
         return self
 
     def dead(self) -> list[str]:

@@ -70,13 +70,17 @@ class BrokerConfig(_Section):
     """Work messages a consumer may hold unacknowledged (prefetch). null sizes it to demand: a
     reward worker one generator batch, the trainer one step plus `max_staleness` steps ahead."""
     max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024, le=1 << 31)
-    """Frames larger than this are refused by ZeroMQ as they arrive (the sender's connection is
-    dropped, nothing is buffered) on every broker and client socket."""
+    """Frames larger than this are refused: by ZeroMQ as they reach the broker (the sender's
+    connection is dropped, nothing is buffered), and before decoding by every worker (counted)."""
     rate_limit_per_s: float = Field(20_000.0, ge=0, le=1e9)
     """Frames a second the broker accepts from one peer address (all processes of one host
     share it), checked before decoding; excess frames are rejected as `rate_limited`. 0: off."""
     rate_burst: int = Field(40_000, ge=1, le=1_000_000_000)
     """Frames a peer may send at once above its rate before the limit applies."""
+    dead_after_s: float = Field(60.0, gt=0, le=86400)
+    """A worker asks the broker for a sign of life every `workers.heartbeat_s`; one that gets no
+    answer warns, keeps working (its sockets reconnect when the broker is back) and exits with
+    code 3 and one line once the broker has not answered for this long."""
     reject_log_interval_s: float = Field(60.0, gt=0, le=86400)
     """A rejected-input reason is logged at most once per this interval, with its count."""
     curve_keys: str | None = None
@@ -350,8 +354,9 @@ class WorkersConfig(_Section):
     pin_cores: bool = True
     """`llamarl run` pins the trainer and each generator to cores of their own when they fit."""
     max_restarts: int = Field(3, ge=0, le=1000)
-    """`llamarl run` restarts a dead worker (the trainer resumes from its checkpoint) up to this
-    many times each within any `restart_window_s`; one more crash in the window ends the run."""
+    """`llamarl run` restarts a dead worker (the trainer resumes from its checkpoint), and its own
+    Redis and broker, up to this many times each within any `restart_window_s`; one more crash in
+    the window ends the run."""
     restart_window_s: float = Field(600.0, gt=0, le=7 * 86400)
     """The window `max_restarts` counts over: crashes further apart than this never add up."""
 

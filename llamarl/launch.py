@@ -27,6 +27,7 @@ import structlog
 from llamarl import supervise
 from llamarl.config import RunConfig, dump_config, writable_run_dir
 from llamarl.cores import CoreSplit, set_affinity
+from llamarl.curve import load_curve
 from llamarl.engine.model import check_model_path
 from llamarl.errors import ConfigError
 from llamarl.monitor import progress_line
@@ -85,8 +86,10 @@ def worker_env(split: CoreSplit, services: dict[str, str]) -> dict[str, str]:
 
 def preflight(config: RunConfig, mode: str) -> None:
     """What a launch can tell is wrong before it starts anything (ConfigError naming the field):
-    a model path that is not a model directory; an async run on the in-process transport."""
+    a model path that is not a model directory; CURVE keys that are not there; an async run on
+    the in-process transport."""
     check_model_path(config.model)
+    load_curve(config.broker.curve_keys)
     if mode == "async":
         check_crosses_processes(config.sync)
 

@@ -38,11 +38,20 @@ def _refused(topic: bytes, payload: bytes, run_id: str, max_bytes: int) -> bool:
 
 
 def bad_messages(
-    count: int, *, topic: str, run_id: str, max_bytes: int, seed: int = 0, subscribed: bool = False
+    count: int,
+    *,
+    topic: str,
+    run_id: str,
+    max_bytes: int,
+    seed: int = 0,
+    subscribed: bool = False,
+    oversize: bool = True,
 ) -> Iterator[list[bytes]]:
     """`count` [topic, payload]-shaped messages that a receiver of `topic` must reject. For a
     `subscribed` receiver (SUB) none has another topic: libzmq filters those out before any
-    code of ours sees them."""
+    code of ours sees them. Without `oversize`, no frame is over `max_bytes`: a receiver whose
+    socket has ZeroMQ's maximum message size drops such a frame (and disconnects its sender)
+    before any code of ours sees it."""
     rng = random.Random(seed)
     valid = _envelopes(run_id)
     foreign = _envelopes("another-run")
@@ -55,7 +64,7 @@ def bad_messages(
     while made < count:
         base = rng.choice(valid)
         kind = rng.randrange(9)
-        if kind == 5 and subscribed:
+        if (kind == 5 and subscribed) or (kind == 4 and not oversize):
             continue
         if kind == 0:
             message = [name, rng.randbytes(rng.randrange(0, 300))]

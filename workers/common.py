@@ -32,7 +32,8 @@ def parse_worker_args(role: str, argv: list[str] | None) -> argparse.Namespace:
 
 def run_worker(role: str, argv: list[str] | None, body: Callable[[RoleRuntime], None]) -> int:
     """Connect the role's runtime, run `body`, always close. Exit codes: 0 done, 2 bad config,
-    3 Redis unreachable past `redis.connect_deadline_s` (one clear line, no retry loop)."""
+    3 Redis unreachable past `redis.connect_deadline_s`, the broker silent past
+    `broker.dead_after_s` or a push blocked past its timeout (one clear line, no retry loop)."""
     args = parse_worker_args(role, argv)
     worker_id = args.worker_id or f"{role}-{socket.gethostname()[:32]}-{os.getpid()}"
     configure_logging(role, worker_id, args.log_format)
@@ -56,7 +57,7 @@ def run_worker(role: str, argv: list[str] | None, body: Callable[[RoleRuntime], 
     except ConfigError as err:  # found while building the role (a model path, a transport)
         print(f"config error: {err}", file=sys.stderr)
         return 2
-    except ConnectionError as err:
+    except (ConnectionError, TimeoutError) as err:  # Redis or the broker gone for too long
         log.error("giving up", error=str(err))
         print(f"{role} {worker_id}: {err}", file=sys.stderr)
         return 3

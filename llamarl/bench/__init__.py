@@ -3,6 +3,8 @@
 - `async-vs-sync`: one config in both modes, interleaved pairs, speed-up against its bound.
 - `weight-sync`: the weight transports against memcpy and raw torch.distributed send/recv.
 - `bus`: messages through the broker against raw pyzmq in the same pattern.
+- `resume`: stale drops and redone tickets of a run whose trainer is killed, against one that is
+  not.
 Each ends with one JSON line on stdout (also written to `--out`).
 """
 
@@ -42,3 +44,11 @@ def bus(args: argparse.Namespace) -> int:
     from llamarl.bench.bus import bench
 
     return _emit(bench(args.messages, args.repeats, args.credit), args)
+
+
+def resume(args: argparse.Namespace) -> int:
+    from llamarl.bench.resume import bench
+
+    seeds = [int(seed) for seed in args.seeds.split(",")]
+    result = bench(Path(args.config), seeds, args.steps, args.kill_at, Path(args.work_dir))
+    return _emit(result, args)

@@ -67,6 +67,11 @@ class Bus(Protocol):
         messages it has not received yet (those are lost if the consumer dies)."""
         ...
 
+    def ping(self, timeout_s: float) -> bool:
+        """True when the bus answers within `timeout_s` (ZeroMQ: the broker is up); a bus that
+        does not answer keeps its sockets, which reconnect when it comes back."""
+        ...
+
     def close(self) -> None:
         """Close every subscription and consumer of this client, then the client."""
         ...

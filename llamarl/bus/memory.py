@@ -234,6 +234,9 @@ class MemoryBus:
         self._send_s += time.perf_counter() - started
         return frames
 
+    def ping(self, timeout_s: float) -> bool:
+        return True  # the hub lives in this process: it is there as long as the caller is
+
     def publish(self, topic: str, payload: Any, policy_version: int) -> None:
         if topic not in FANOUT_TOPICS:
             raise ValueError(f"{topic!r} is not a fan-out topic")

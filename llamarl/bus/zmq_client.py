@@ -240,6 +240,13 @@ class BusClient:
         self._receivers.append(receiver)
         return receiver
 
+    def ping(self, timeout_s: float) -> bool:
+        try:
+            query_broker_stats(self.endpoints, timeout_s, self.curve)
+        except TimeoutError:
+            return False
+        return True
+
     def close(self) -> None:
         if self._pub is not None:
             self._pub.close(linger=0)

@@ -72,7 +72,8 @@ def connect(role: str, config: RunConfig, worker_id: str) -> RoleRuntime:
             curve=curve,
         )
 
-    return RoleRuntime(role, config, worker_id, store, bus(), rejections, bus)
+    return RoleRuntime(role, config, worker_id, store, bus(), rejections, bus,
+                       bus_name=f"broker {endpoints}")  # fmt: skip
 
 
 def rejections_of(role: str, config: RunConfig, store: RejectCounts) -> Rejections:

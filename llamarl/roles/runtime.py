@@ -22,6 +22,7 @@ import structlog
 from llamarl.bus import Bus
 from llamarl.config import RunConfig
 from llamarl.limits import Clock, Rejections
+from llamarl.roles.liveness import BusWatch
 from llamarl.store import Store, WorkerBeat
 from llamarl.topics import CONTROL
 
@@ -62,6 +63,7 @@ class RoleRuntime:
         rejections: Rejections,
         connect_bus: Callable[[], Bus],
         clock: Clock = time.monotonic,
+        bus_name: str = "the in-process bus",
     ) -> None:
         self.role = role
         self.config = config
@@ -76,6 +78,8 @@ class RoleRuntime:
         self.timer = BusyTimer(clock)
         self.counters: dict[str, float] = {}
         self.control = bus.subscribe([CONTROL])
+        self.bus_watch = BusWatch(bus, bus_name, every_s=config.workers.heartbeat_s,
+                                  dead_after_s=config.broker.dead_after_s, clock=clock)  # fmt: skip
         self._last_beat = -float("inf")
 
     def register(self) -> None:
@@ -93,9 +97,11 @@ class RoleRuntime:
         return self.stopping
 
     def beat(self, **status: Any) -> None:
-        """Heartbeat (rate-limited); check the control topic and the run status for a stop."""
+        """Heartbeat (rate-limited); check the control topic and the run status for a stop, and
+        that the bus still answers (ConnectionError once it has been silent too long)."""
         now = self.clock()
         self.stop_requested()
+        self.bus_watch.check()
         self.rejections.flush()
         if now - self._last_beat < self.config.workers.heartbeat_s:
             return

@@ -177,6 +177,10 @@ def test_full_queue_blocks_push_until_timeout_and_loses_nothing(kind: str) -> No
         harness.close()
 
 
+def test_a_live_bus_answers_a_ping(harness: Harness) -> None:
+    assert harness.client("pinger").ping(1.0)
+
+
 def _frame(payload: object, run_id: str = RUN_ID) -> bytes:
     return encode(make_envelope(payload, run_id=run_id, sender="raw", policy_version=0))
 

@@ -66,6 +66,10 @@ CASES = [
     Case("the in-process transport in an async run", lambda t: _run(t, sync={"transport": "local"}), 2),
     Case("a jsonl task without a path", lambda t: _run(t, task={"kind": "jsonl"}), 2),
     Case("a broker port in use", _busy_port, 2),
+    Case("a run_dir that cannot be written (sync)",
+         lambda t: _run(t, "--mode", "sync", run_dir=str(t / "file" / "run")), 2),
+    Case("a broker.curve_keys directory without keys",
+         lambda t: _run(t, broker={"curve_keys": str(t / "no-keys")}), 2),
 ]  # fmt: skip
 
 

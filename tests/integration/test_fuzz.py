@@ -96,10 +96,12 @@ def test_broker_endpoints_reject_and_count_every_bad_frame(
 
         rss_before = _rss_kb(proc.pid)
         plans = [
+            # Oversized frames: ZeroMQ drops them and disconnects the sender before the broker
+            # sees them (tests/integration/test_broker_limits.py), so none is sent here.
             (zmq.XPUB, endpoints.pub_in, bad_messages(FRAMES, topic=CONTROL, run_id="test",
-                                                     max_bytes=MAX_BYTES, seed=1)),
+                                                     max_bytes=MAX_BYTES, seed=1, oversize=False)),
             (zmq.PUSH, endpoints.work_in, bad_messages(FRAMES, topic=ROLLOUTS, run_id="test",
-                                                       max_bytes=MAX_BYTES, seed=2)),
+                                                       max_bytes=MAX_BYTES, seed=2, oversize=False)),
             (zmq.DEALER, endpoints.work_out, bad_commands(FRAMES, seed=3)),
             (zmq.XSUB, endpoints.sub_out, bad_subscriptions(FRAMES, seed=4)),
         ]  # fmt: skip
@@ -185,9 +187,9 @@ def _start_worker(role: str, config: Path, broker: FakeBroker, redis_url: str) -
 def test_worker_inputs_reject_and_count_every_bad_message(
     tmp_path: Path, redis_server: RedisServer, store: RedisStore, role: str
 ) -> None:
-    config = write_config(
-        tmp_path, "test", broker={"max_message_bytes": MAX_BYTES}, sync={"transport": "gloo"}
-    )
+    # The fake broker answers no pings: the worker must not give up on it meanwhile.
+    broker_config = {"max_message_bytes": MAX_BYTES, "dead_after_s": 3600}
+    config = write_config(tmp_path, "test", broker=broker_config, sync={"transport": "gloo"})
     ctx = zmq.Context()
     broker = FakeBroker(ctx)
     proc = _start_worker(role, config, broker, redis_server.url)

@@ -13,7 +13,7 @@ import torch
 
 from llamarl.bus import MemoryHub
 from llamarl.config import parse_config
-from llamarl.errors import ProtocolError
+from llamarl.errors import NonFiniteError, ProtocolError
 from llamarl.learner import Learner
 from llamarl.protocol import ScoredGroup, TypedArray
 from llamarl.roles import build
@@ -106,3 +106,15 @@ def test_each_poison_is_refused_for_its_own_reason(reason: str) -> None:
         check_scored(_poisoned()[reason], vocab_size=1000, policy_version=5)
     assert caught.value.reason == reason
     check_scored(_scored(0), vocab_size=1000, policy_version=5)
+
+
+def test_an_update_that_makes_the_weights_non_finite_stops_the_trainer() -> None:
+    config = parse_config({"model": MODEL, "trainer": {"sft_steps": 0}})
+    policy = starting_policy(config, make_prompt_set(config.task, config.seed))
+    learner = Learner(policy, config.algorithm, config.trainer, temperature=1.0)
+    group = train_group(_scored(0))
+    assert learner.step([group])["skipped_update"] == 0.0
+    first = next(iter(learner.optimizer.state.values()))
+    first["exp_avg"].fill_(float("inf"))  # a poisoned optimizer state: the next step overflows
+    with pytest.raises(NonFiniteError, match="neither published nor checkpointed"):
+        learner.step([group])
