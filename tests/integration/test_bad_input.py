@@ -54,7 +54,7 @@ def _busy_port(tmp: Path) -> list[str]:
 CASES = [
     Case("an unknown config key", lambda t: _run(t, trainer={"num_step": 5}), 2),
     Case("a value out of bounds", lambda t: _run(t, trainer={"lr": -1}), 2),
-    Case("a run_dir that cannot be written",
+    Case("a run_dir that cannot be written (async)",
          lambda t: _run(t, run_dir=str(t / "file" / "run")), 2),
     Case("a malformed Redis URL", lambda t: _run(t, redis={"url": "localhost:6379"}), 2),
     Case("an unreachable Redis URL",

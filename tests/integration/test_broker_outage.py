@@ -40,7 +40,7 @@ def _scored_round_trip(endpoints: BrokerEndpoints, ticket_id: int) -> None:
         deadline = time.monotonic() + 60
         while (envelope := scored.recv(100)) is None:
             assert time.monotonic() < deadline, "the reward worker never scored the group"
-        assert envelope.payload.ticket_id == ticket_id
+        assert envelope.payload.group.ticket_id == ticket_id
     finally:
         client.close()
 
