@@ -130,7 +130,9 @@ class Broker:
 
     def _check_subscription(self) -> None:
         """A subscriber's notice must be one frame: 0x01 (subscribe) or 0x00 (unsubscribe) and
-        an exact fan-out topic; only then does the broker apply it (to the notice's sender)."""
+        an exact fan-out topic; only then does the broker apply it (to the notice's sender).
+        An unsubscribe from an unknown topic is ignored, not counted: libzmq itself sends one for
+        every subscribe notice of a subscriber that leaves, refused ones included."""
         frames = self._receive(self.sub_out)
         if frames is None:
             return
@@ -139,7 +141,8 @@ class Broker:
         if len(frames) != 1 or notice[:1] not in (b"\x00", b"\x01"):
             self._reject("bad_subscription", repr(notice[:20]))
         elif topic not in FANOUT_TOPICS:
-            self._reject("unknown_topic", topic[:40])
+            if notice[:1] == b"\x01":
+                self._reject("unknown_topic", topic[:40])
         else:
             option = zmq.SUBSCRIBE if notice[:1] == b"\x01" else zmq.UNSUBSCRIBE
             self.sub_out.setsockopt(option, notice[1:])
