@@ -87,3 +87,4 @@ def test_twenty_kills_across_every_role(tmp_path: Path) -> None:
         name: kills.count(name) for name in set(kills)
     }, "each kill was answered by exactly one restart"
     check_finished_run(summary, run_dir, STEPS * PROMPTS_PER_STEP, k=1)
+    print(json.dumps({"kills": kills, "restarts": restarts, "ledger": summary["ledger"]}))  # -s
