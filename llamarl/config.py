@@ -497,8 +497,12 @@ def writable_run_dir(config: RunConfig) -> Path:
         probe.touch()
         probe.unlink()
     except OSError as err:
-        raise ConfigError(
-            f"run_dir {run_dir}: cannot write there ({err.strerror}); set run_dir (or "
-            "LLAMARL_RUN_DIR) to a writable directory"
-        ) from None
+        raise unwritable_run_dir(run_dir, err) from None
     return run_dir
+
+
+def unwritable_run_dir(run_dir: Path, err: OSError) -> ConfigError:
+    return ConfigError(
+        f"run_dir {run_dir}: cannot write there ({err.strerror}); set run_dir (or "
+        "LLAMARL_RUN_DIR) to a writable directory"
+    )

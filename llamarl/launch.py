@@ -25,11 +25,10 @@ from typing import Any, Protocol
 import structlog
 
 from llamarl import supervise
-from llamarl.config import RunConfig, dump_config, writable_run_dir
+from llamarl.config import RunConfig, dump_config, unwritable_run_dir, writable_run_dir
 from llamarl.cores import CoreSplit, set_affinity
 from llamarl.curve import load_curve
 from llamarl.engine.model import check_model_path
-from llamarl.errors import ConfigError
 from llamarl.monitor import progress_line
 from llamarl.store import RedisStore, Store
 from llamarl.weightsync import check_crosses_processes
@@ -67,10 +66,7 @@ def prepare_run_dir(config: RunConfig, resume: bool) -> Path:
         (run_dir / "config.yaml").write_text(dump_config(config))
         (run_dir / "logs").mkdir(exist_ok=True)
     except OSError as err:
-        raise ConfigError(
-            f"run_dir {run_dir}: cannot write there ({err.strerror}); set run_dir (or "
-            "LLAMARL_RUN_DIR) to a writable directory"
-        ) from None
+        raise unwritable_run_dir(run_dir, err) from None
     return run_dir
 
 
