@@ -16,7 +16,7 @@ import structlog
 import zmq
 
 from brokers.broker import Broker
-from llamarl.config import RunConfig, load_config, parse_config
+from llamarl.config import RunConfig, apply_overrides, load_config, parse_config
 from llamarl.curve import load_curve
 from llamarl.errors import ConfigError
 from llamarl.limits import RateLimiter, Rejections
@@ -76,9 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="run config YAML (defaults apply when omitted)")
     parser.add_argument("--worker-id", default="broker")
     parser.add_argument("--log-format", choices=["auto", "console", "json"], default="auto")
+    parser.add_argument("overrides", nargs="*", help="section.field=value overrides")
     args = parser.parse_args(argv)
     configure_logging("broker", args.worker_id, args.log_format)
     try:
+        apply_overrides(args.overrides)
         config = load_config(args.config) if args.config else parse_config({})
         return run_broker(config)
     except ConfigError as err:

@@ -10,10 +10,11 @@ import sys
 from collections.abc import Callable, Sequence
 
 from llamarl import bench as bench_commands
-from llamarl.config import dump_config, load_config
+from llamarl.config import apply_overrides, dump_config, load_config
 from llamarl.errors import ConfigError
 
 Command = Callable[[argparse.Namespace], int]
+OVERRIDES_HELP = "section.field=value overrides, above the file and the environment"
 
 
 def _config_check(args: argparse.Namespace) -> int:
@@ -76,6 +77,7 @@ def build_parser(
 
     run = sub.add_parser("run", help="run a whole job on this machine (private Redis + broker)")
     run.add_argument("config", help="run config YAML")
+    run.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
     run.add_argument("--mode", choices=["async", "sync"], default="async")
     run.add_argument(
         "--resume",
@@ -86,6 +88,7 @@ def build_parser(
 
     sft = sub.add_parser("sft", help="supervised warm-start; writes a transformers checkpoint")
     sft.add_argument("config", help="run config YAML (trainer.sft_* fields)")
+    sft.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
     sft.add_argument("--out", help="checkpoint directory (default RUN_DIR/sft)")
     sft.set_defaults(func=_sft)
 
@@ -128,6 +131,7 @@ def build_parser(
 
     monitor = sub.add_parser("monitor", help="watch a run from its Redis: progress, workers")
     monitor.add_argument("--config", help="run config (redis.url, run_id; env overrides apply)")
+    monitor.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
     monitor.add_argument("--interval", type=float, default=2.0, help="seconds between snapshots")
     monitor.add_argument("--once", action="store_true", help="print one snapshot and exit")
     monitor.set_defaults(func=_monitor)
@@ -151,6 +155,7 @@ def build_parser(
     config_sub = config.add_subparsers(dest="config_command", required=True)
     check = config_sub.add_parser("check", help="validate FILE and print the resolved config")
     check.add_argument("file")
+    check.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
     check.set_defaults(func=_config_check)
     return parser
 
@@ -159,6 +164,7 @@ def main(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
     """Parse and run; a config mistake is one line and exit code 2."""
     args = parser.parse_args(argv)
     try:
+        apply_overrides(getattr(args, "overrides", []))
         return int(args.func(args))
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)

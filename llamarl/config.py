@@ -3,12 +3,14 @@
 Every section forbids unknown keys and bounds its numbers, so a misspelt key or an out-of-range
 value is refused before anything starts, with a one-line error naming the field path. Containers
 override fields through the environment: `LLAMARL_REDIS_URL`, `LLAMARL_BROKER` (host:port),
-`LLAMARL_RUN_ID`, or any field as `LLAMARL__SECTION__FIELD=value` (value parsed as YAML).
+`LLAMARL_RUN_ID`, or any field as `LLAMARL__SECTION__FIELD=value` (value parsed as YAML). The
+commands take the same overrides as `section.field=value` after the config (`apply_overrides`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -422,6 +424,21 @@ def _set_path(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
             raise ConfigError(f"{'.'.join(path)}: cannot override inside a non-mapping value")
         node = child
     node[path[-1]] = value
+
+
+def apply_overrides(items: Sequence[str], environ: MutableMapping[str, str] | None = None) -> None:
+    """Set command-line `section.field=value` items as the `LLAMARL__SECTION__FIELD` environment
+    overrides they stand for, so this process and every process it starts apply them over the
+    file and the environment. ConfigError for an item that is not `path=value`."""
+    environ = os.environ if environ is None else environ
+    for item in items:
+        path, equals, value = item.partition("=")
+        parts = path.split(".")
+        if not equals or not all(part.isidentifier() for part in parts):
+            raise ConfigError(
+                f"override {item!r}: write section.field=value (for example trainer.lr=1e-5)"
+            )
+        environ["LLAMARL__" + "__".join(part.upper() for part in parts)] = value
 
 
 def env_overrides(environ: dict[str, str]) -> list[tuple[tuple[str, ...], Any]]:

@@ -30,7 +30,7 @@ from llamarl.cores import CoreSplit, set_affinity
 from llamarl.curve import load_curve
 from llamarl.engine.model import check_model_path
 from llamarl.monitor import progress_line
-from llamarl.store import RedisStore, Store
+from llamarl.store import RedisStore, Store, without_password
 from llamarl.weightsync import check_crosses_processes
 
 log = structlog.get_logger(__name__)
@@ -241,6 +241,9 @@ def run_roles(
     """Start the trainer, generators and reward workers, supervise them to the end, print the
     JSON summary (with the ledger and the restarts) as the last stdout line. Exit code."""
     run_dir = Path(config.run_dir)
+    print(f"run {config.run_id}: Redis at {without_password(redis_url)}; watch it with "
+          f"LLAMARL_REDIS_URL={without_password(redis_url)} LLAMARL_RUN_ID={config.run_id} "
+          "llamarl monitor", file=sys.stderr, flush=True)  # fmt: skip
     store = RedisStore(redis_url, config.run_id, config.redis.connect_deadline_s)
     # The watch loop's reads give up fast, so a dead Redis of the run's own is restarted soon.
     watch = RedisStore(redis_url, config.run_id, connect_deadline_s=WATCH_DEADLINE_S)

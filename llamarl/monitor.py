@@ -13,11 +13,15 @@ import sys
 import time
 
 from llamarl.config import load_config, parse_config
-from llamarl.store import RedisStore, Store
+from llamarl.store import RedisStore, Store, without_password
 
 
 def progress_line(store: Store, total_steps: int) -> str:
-    trainer = next((w.fields for w in store.workers() if w.worker_id == "trainer"), {})
+    """Progress from the heartbeat of the run's trainer, whatever its worker id (a live one
+    first)."""
+    trainers = [w for w in store.workers() if w.fields.get("role") == "trainer"]
+    trainers.sort(key=lambda w: not w.alive)
+    trainer = trainers[0].fields if trainers else {}
     ledger = store.ledger()
     return (
         f"step {trainer.get('step', 0)}/{total_steps}  version {trainer.get('policy_version', '-')}"
@@ -35,7 +39,7 @@ def snapshot(store: RedisStore, total_steps: int) -> str:
     for worker in store.workers():
         fields = worker.fields
         seen = f"{now - float(fields['last_seen']):.0f}s ago" if "last_seen" in fields else "-"
-        state = "alive" if worker.alive else "dead"
+        state = worker.state
         lines.append(
             f"  {worker.worker_id:<24} {fields.get('role', '?'):<10}"
             f" {fields.get('status', '-'):<9} {state:<6} seen {seen:<8}"
@@ -55,7 +59,14 @@ def main(args: argparse.Namespace) -> int:
     store = RedisStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
     try:
         while True:
-            print(snapshot(store, config.trainer.num_steps), flush=True)
+            if store.has_keys():
+                print(snapshot(store, config.trainer.num_steps), flush=True)
+            else:
+                print(f"monitor: run {config.run_id} has no keys in the Redis at "
+                      f"{without_password(config.redis.url)}; check run_id (or LLAMARL_RUN_ID), or wait for the "
+                      "run to start", file=sys.stderr, flush=True)  # fmt: skip
+                if args.once:
+                    return 1
             if args.once:
                 return 0
             time.sleep(args.interval)

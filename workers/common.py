@@ -13,9 +13,10 @@ from collections.abc import Callable
 import structlog
 import torch
 
-from llamarl.config import load_config, parse_config
+from llamarl.config import apply_overrides, load_config, parse_config
 from llamarl.errors import ConfigError
 from llamarl.log import configure_logging
+from llamarl.metrics_export import serve_metrics
 from llamarl.roles.build import connect
 from llamarl.roles.runtime import RoleRuntime
 
@@ -27,6 +28,8 @@ def parse_worker_args(role: str, argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--config", help="run config YAML (defaults apply when omitted)")
     parser.add_argument("--worker-id", default=os.environ.get("LLAMARL_WORKER_ID"))
     parser.add_argument("--log-format", choices=["auto", "console", "json"], default="auto")
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    parser.add_argument("overrides", nargs="*", help="section.field=value overrides")
     return parser.parse_args(argv)
 
 
@@ -38,12 +41,15 @@ def run_worker(role: str, argv: list[str] | None, body: Callable[[RoleRuntime], 
     worker_id = args.worker_id or f"{role}-{socket.gethostname()[:32]}-{os.getpid()}"
     configure_logging(role, worker_id, args.log_format)
     try:
+        apply_overrides(args.overrides)
         config = load_config(args.config) if args.config else parse_config({})
         threads = {"trainer": config.workers.trainer_threads,
                    "generator": config.workers.generator_threads}.get(role)  # fmt: skip
         torch.set_num_threads(threads or 1)
         runtime = connect(role, config, worker_id)
         runtime.register()
+        if args.metrics_port is not None:
+            serve_metrics(runtime, args.metrics_port)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2

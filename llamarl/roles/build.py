@@ -95,9 +95,12 @@ def generator(
         curve = load_curve(config.broker.curve_keys)
         receiver = make_receiver(config.sync, runtime.worker_id, curve)
     seed = config.seed * 100_003 + zlib.crc32(runtime.worker_id.encode())
+    if policy is None:
+        with runtime.keep_alive("starting"):
+            policy = make_policy(config.model, config.seed)
     return Generator(
         runtime,
-        policy if policy is not None else make_policy(config.model, config.seed),
+        policy,
         make_prompt_set(config.task, config.seed),
         receiver,
         torch.Generator().manual_seed(seed),
@@ -118,12 +121,13 @@ def trainer(runtime: RoleRuntime, publisher: WeightPublisher | None = None) -> T
     checkpoints = CheckpointStore(
         Path(config.run_dir) / "checkpoints", config.run_id, config.trainer.keep_checkpoints
     )
-    latest = checkpoints.latest()
-    restored = checkpoints.load(latest) if latest is not None else None
-    if restored is not None:
-        policy, reference = restored.policy, restored.reference
-    else:
-        policy, reference = starting_policy(config, prompt_set), None
+    with runtime.keep_alive("starting"):  # loading a model or warm-starting can take minutes
+        latest = checkpoints.latest()
+        restored = checkpoints.load(latest) if latest is not None else None
+        if restored is not None:
+            policy, reference = restored.policy, restored.reference
+        else:
+            policy, reference = starting_policy(config, prompt_set), None
     gen = config.generation
     learner = Learner(
         policy, config.algorithm, config.trainer, gen.temperature, reference,
@@ -138,7 +142,8 @@ def trainer(runtime: RoleRuntime, publisher: WeightPublisher | None = None) -> T
     verifier = make_verifier(config.task.verifier)
 
     def evaluate() -> float:
-        return accuracy(policy, held_out, verifier, gen.max_new_tokens, gen.min_new_tokens)
+        with runtime.keep_alive("evaluating"):
+            return accuracy(policy, held_out, verifier, gen.max_new_tokens, gen.min_new_tokens)
 
     checkpointer = Checkpointer(checkpoints, runtime.store, config.trainer.checkpoint_every)
     return Trainer(runtime, learner, publisher, checkpointer, evaluate, restored, started)

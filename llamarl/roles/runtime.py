@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,6 +114,31 @@ class RoleRuntime:
         ttl_s = self.config.workers.heartbeat_ttl_s
         self.store.heartbeat(self.worker_id, ttl_s, **self._beat_fields(status))
 
+    @contextmanager
+    def keep_alive(self, status: str) -> Iterator[None]:
+        """Heartbeats with `status`, from a thread of their own, while the caller spends longer
+        than a heartbeat TTL in a phase that calls no `beat()` (warm start, evaluation); the
+        next `beat()` sets the status back."""
+        ttl_s = self.config.workers.heartbeat_ttl_s
+        done = threading.Event()
+
+        def beat() -> None:
+            while True:
+                try:
+                    self.store.heartbeat(self.worker_id, ttl_s, status=status)
+                except ConnectionError as err:  # the phase goes on; the next beat retries
+                    log.warning("heartbeat failed", status=status, error=str(err))
+                if done.wait(self.config.workers.heartbeat_s):
+                    return
+
+        thread = threading.Thread(target=beat, name=f"keep-alive-{status}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+
     def count(self, name: str, amount: float = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + amount
 
@@ -147,8 +174,7 @@ class RoleRuntime:
         self.write_timers()
         try:
             self.rejections.flush(force=True)
-            ttl_s = self.config.workers.heartbeat_ttl_s
-            self.store.heartbeat(self.worker_id, ttl_s, status="stopped")
+            self.store.record_stop(self.worker_id)
         except ConnectionError:
             log.warning("could not record the stop in the store")
         self.control.close()

@@ -8,7 +8,7 @@ tests; components take the narrowest interface they need.
 from llamarl.store.interfaces import Ledger, Registry, RejectCounts, Store, VersionGate
 from llamarl.store.memory import MemoryStore
 from llamarl.store.records import LEDGER_FIELDS, OUTCOMES, Ticket, WorkerBeat, WorkerInfo
-from llamarl.store.redis_store import RedisStore
+from llamarl.store.redis_store import RedisStore, without_password
 
 __all__ = [
     "LEDGER_FIELDS",
@@ -23,4 +23,5 @@ __all__ = [
     "VersionGate",
     "WorkerBeat",
     "WorkerInfo",
+    "without_password",
 ]

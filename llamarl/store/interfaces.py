@@ -123,9 +123,14 @@ class Registry(Protocol):
         alive) and keep it alive for another `ttl_s`; a worker never registered is added."""
         ...
 
+    def record_stop(self, worker_id: str) -> None:
+        """The worker stopped cleanly: its entry keeps its fields, with status=stopped, and no
+        longer expires; `workers()` reports it stopped (not alive) until it registers again."""
+        ...
+
     def workers(self) -> list[WorkerInfo]:
         """Every worker ever registered, sorted by id; `alive` is False, with no fields, once
-        its last registration or heartbeat is older than its TTL."""
+        its last registration or heartbeat is older than its TTL (stopped ones excepted)."""
         ...
 
     def set_run_status(self, status: str) -> None:

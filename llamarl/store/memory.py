@@ -259,13 +259,21 @@ class MemoryStore:
             return None
         return entry[1]
 
+    def record_stop(self, worker_id: str) -> None:
+        with self._lock:
+            kept = self._live_fields(worker_id, self.clock()) or {}
+            stop = {"status": "stopped", "last_seen": _as_text(time.time())}
+            self._worker_entries[worker_id] = (float("inf"), {**kept, **stop})
+            self._workers.add(worker_id)
+
     def workers(self) -> list[WorkerInfo]:
         with self._lock:
             now = self.clock()
             infos = []
             for worker_id in sorted(self._workers):
-                fields = self._live_fields(worker_id, now)
-                infos.append(WorkerInfo(worker_id, fields is not None, dict(fields or {})))
+                fields = dict(self._live_fields(worker_id, now) or {})
+                stopped = fields.get("status") == "stopped"
+                infos.append(WorkerInfo(worker_id, bool(fields) and not stopped, fields, stopped))
             return infos
 
     # -- run status ------------------------------------------------------------------------

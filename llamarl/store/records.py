@@ -34,8 +34,16 @@ class WorkerBeat:
 
 @dataclass(frozen=True)
 class WorkerInfo:
-    """A registered worker as the registry reports it; `fields` is empty once it is not alive."""
+    """A registered worker as the registry reports it: `alive` while its heartbeats come within
+    their TTL; `stopped` (not alive, fields kept) once it recorded a clean stop; otherwise dead,
+    with empty `fields`."""
 
     worker_id: str
     alive: bool
     fields: dict[str, str]
+    stopped: bool = False
+
+    @property
+    def state(self) -> str:
+        """alive, done (stopped cleanly) or dead."""
+        return "alive" if self.alive else "done" if self.stopped else "dead"

@@ -12,6 +12,7 @@ Key schema (all under `llamarl:<run_id>:`; see README):
   lease_owner             hash    ticket_id -> worker_id holding the lease
   workers                 set     every worker_id that ever registered
   worker:<worker_id>      hash    role, pid, host, status, started_at, last_seen; expires at TTL
+                                  (status stopped: kept, no expiry)
   rejected                hash    <source>.<reason> -> rejected message count
   run_status              string  running | finished (set by the trainer; workers exit on it)
 Every multi-key update is one Lua script, so concurrent workers never see a half-done change.
@@ -25,6 +26,7 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import structlog
@@ -35,6 +37,15 @@ from llamarl.store.records import LEDGER_FIELDS, OUTCOMES, Ticket, WorkerBeat, W
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
+
+
+def without_password(url: str) -> str:
+    """`url` with its password (if any) shown as ***, for printing."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 class RedisStore:
@@ -82,6 +93,15 @@ class RedisStore:
 
     def ping(self) -> bool:
         return bool(self._call("ping", self.client.ping))
+
+    def has_keys(self) -> bool:
+        """Whether this Redis holds any key of the run (a wrong run id holds none)."""
+        return self._call(
+            "scan run keys",
+            lambda: (
+                next(self.client.scan_iter(match=f"{self.prefix}*", count=1000), None) is not None
+            ),
+        )
 
     # -- policy versions -------------------------------------------------------------------
     def policy_version(self) -> int:
@@ -247,18 +267,32 @@ class RedisStore:
         pipe.pexpire(key, int(beat.ttl_s * 1000))
         pipe.sadd(self.key("workers"), beat.worker_id)
 
+    def record_stop(self, worker_id: str) -> None:
+        key = self.key(f"worker:{worker_id}")
+
+        def write() -> None:
+            pipe = self.client.pipeline()
+            pipe.hset(key, mapping={"status": "stopped", "last_seen": time.time()})
+            pipe.persist(key)
+            pipe.sadd(self.key("workers"), worker_id)
+            pipe.execute()
+
+        self._call("record stop", write)
+
     def workers(self) -> list[WorkerInfo]:
-        """Every registered worker; `alive` is False once its heartbeat key has expired."""
+        """Every registered worker; `alive` is False once its heartbeat key has expired or it
+        recorded a stop."""
 
         def read() -> list[WorkerInfo]:
             ids = sorted(self.client.smembers(self.key("workers")))
             pipe = self.client.pipeline()
             for worker_id in ids:
                 pipe.hgetall(self.key(f"worker:{worker_id}"))
-            return [
-                WorkerInfo(worker_id, bool(fields), fields)
-                for worker_id, fields in zip(ids, pipe.execute(), strict=True)
-            ]
+            infos = []
+            for worker_id, fields in zip(ids, pipe.execute(), strict=True):
+                stopped = fields.get("status") == "stopped"
+                infos.append(WorkerInfo(worker_id, bool(fields) and not stopped, fields, stopped))
+            return infos
 
         return self._call("workers", read)
 

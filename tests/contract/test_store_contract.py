@@ -365,6 +365,23 @@ def test_worker_whose_heartbeat_stops_is_reported_dead(backend: Backend) -> None
     assert "device" not in store.workers()[1].fields
 
 
+def test_a_worker_that_stopped_is_reported_stopped_not_dead(backend: Backend) -> None:
+    store = backend.store
+    store.register_worker("gen-0", "generator", ttl_s=TTL_S)
+    store.register_worker("gen-1", "generator", ttl_s=TTL_S)
+    store.record_stop("gen-0")
+
+    def gen_1_dead() -> bool:
+        return [w.state for w in store.workers()] == ["done", "dead"]
+
+    backend.until(gen_1_dead, "gen-1's registration lapsed")
+    stopped = store.workers()[0]
+    assert not stopped.alive and stopped.fields["role"] == "generator", "its fields are kept"
+    assert stopped.fields["status"] == "stopped"
+    store.register_worker("gen-0", "generator", ttl_s=TTL_S)
+    assert store.workers()[0].state == "alive", "registering again starts it over"
+
+
 def test_run_status(backend: Backend) -> None:
     store = backend.store
     assert store.ping()

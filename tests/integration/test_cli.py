@@ -75,6 +75,10 @@ def test_monitor_shows_progress_workers_and_rejections(redis_server, store) -> N
     store.claim_tickets("generator-0", 1, lease_s=60, max_staleness=1, prompts_per_step=4)
     store.register_worker("generator-0", "generator", ttl_s=60)
     store.register_worker("reward-0", "reward", ttl_s=0.05)  # its heartbeat lapses at once
+    store.register_worker("reward-1", "reward", ttl_s=0.05)
+    store.record_stop("reward-1")  # it finished cleanly: done, not dead
+    store.register_worker("learner-a", "trainer", ttl_s=60)  # a trainer under any id
+    store.heartbeat("learner-a", 60, status="running", step=7, policy_version=7)
     store.heartbeat("generator-0", 60, status="running", policy_version=0)
     store.count_rejected("broker", "garbage", 7)
     deadline = time.monotonic() + 10
@@ -87,11 +91,27 @@ def test_monitor_shows_progress_workers_and_rejections(redis_server, store) -> N
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
+    assert "step 7/" in lines[0] and "version 7" in lines[0], "the trainer found by its role"
     assert "tickets issued 1 trained 0 stale 0 open 1" in lines[0]
     generator = next(line for line in lines if "generator-0" in line).split()
     assert generator[1:4] == ["generator", "running", "alive"]
     assert next(line for line in lines if "reward-0" in line).split()[1:4] == ["?", "-", "dead"]
+    assert next(line for line in lines if "reward-1" in line).split()[1:4] == [
+        "reward", "stopped", "done"
+    ]  # fmt: skip
     assert "broker.garbage 7" in lines[-1]
+
+
+def test_monitor_of_a_run_id_with_no_keys_says_so(redis_server, store) -> None:
+    store.set_run_status("running")  # run "test" exists; run "tset" does not
+    env = {**os.environ, "LLAMARL_REDIS_URL": redis_server.url, "LLAMARL_RUN_ID": "tset"}
+    done = subprocess.run(
+        [*LLAMARL, "monitor", "--once"], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith(
+        f"monitor: run tset has no keys in the Redis at {redis_server.url}; check run_id"
+    ), done.stderr
 
 
 def test_monitor_without_redis_exits_3(tmp_path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from llamarl.config import load_config, parse_config
+from llamarl.config import apply_overrides, load_config, parse_config
 from llamarl.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,6 +51,32 @@ def test_env_overrides_apply_and_are_validated() -> None:
         parse_config({}, environ={"LLAMARL__TRAINER__LR": "-1"})
     with pytest.raises(ConfigError, match="LLAMARL_BROKER"):
         parse_config({}, environ={"LLAMARL_BROKER": "nohostport"})
+
+
+def test_command_line_overrides_set_the_environment_overrides_they_stand_for() -> None:
+    environ = {"LLAMARL__TRAINER__LR": "0.5"}
+    apply_overrides(["trainer.lr=0.001", "staleness.max_staleness=3", "run_id=x"], environ)
+    config = parse_config({"trainer": {"lr": 0.1}}, environ=environ)
+    assert (config.trainer.lr, config.staleness.max_staleness, config.run_id) == (0.001, 3, "x")
+    for bad in ("trainer.lr", "trainer..lr=1", "=1", "trainer.l-r=1"):
+        with pytest.raises(ConfigError, match=r"^override .*: write section\.field=value"):
+            apply_overrides([bad], {})
+
+
+def test_config_check_applies_overrides_and_refuses_an_unknown_one(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workers.cli import main
+
+    # The command sets its overrides in the process's environment: a copy, for this test only.
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    tiny = str(REPO / "configs" / "tiny.yaml")
+    assert main(["config", "check", tiny, "staleness.max_staleness=4"]) == 0
+    assert "max_staleness: 4" in capsys.readouterr().out
+    assert main(["config", "check", tiny, "trainer.num_step=5"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "config error: trainer.num_step: Extra inputs are not permitted"
+    )
 
 
 def _check(path: Path) -> subprocess.CompletedProcess[str]:

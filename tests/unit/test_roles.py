@@ -4,15 +4,19 @@ checks `build` makes before a role connects anywhere."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from llamarl.bus import MemoryHub
 from llamarl.checkpoint import TrainerState
 from llamarl.config import RunConfig, parse_config
 from llamarl.errors import ConfigError
 from llamarl.roles import build
+from llamarl.roles.runtime import RoleRuntime
 from llamarl.roles.trainer_durability import resume
 from llamarl.store import MemoryStore
 from llamarl.sync_run import run_sync
@@ -84,3 +88,23 @@ def test_repeated_resumes_from_one_checkpoint_keep_the_gate_at_the_trained_versi
         store.publish_version(version, {})
     store.claim_tickets("g0", 1000, lease_s=60, max_staleness=k, prompts_per_step=pps)
     assert store.ledger()["issued"] == (6 + k + 1) * pps, "the gate must open with training"
+
+
+def test_keep_alive_beats_through_a_phase_longer_than_the_heartbeat_ttl(tmp_path: Path) -> None:
+    config = _config(tmp_path, workers={"heartbeat_s": 0.02, "heartbeat_ttl_s": 0.1})
+    store = MemoryStore()
+    hub = MemoryHub("roles")
+    runtime = RoleRuntime("trainer", config, "trainer", store, hub.client("trainer"),
+                          build.rejections_of("trainer", config, store),
+                          lambda: hub.client("trainer"))  # fmt: skip
+    runtime.register()
+    beats: set[str] = set()
+    with runtime.keep_alive("warm-start"):
+        started = time.monotonic()
+        while time.monotonic() - started < 3 * config.workers.heartbeat_ttl_s:  # the long phase
+            (worker,) = store.workers()
+            assert worker.alive and worker.fields["status"] == "warm-start"
+            beats.add(worker.fields["last_seen"])
+    assert len(beats) >= 3, "heartbeats came from the keep-alive thread"
+    assert not [t for t in threading.enumerate() if t.name.startswith("keep-alive")]
+    runtime.close()
