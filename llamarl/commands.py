@@ -58,6 +58,16 @@ def _model_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from llamarl.export import export
+
+    source = export(Path(args.run_dir), Path(args.out))
+    print(f"wrote {args.out} (from {source})")
+    return 0
+
+
 def _monitor(args: argparse.Namespace) -> int:
     from llamarl.monitor import main as monitor
 
@@ -128,6 +138,11 @@ def build_parser(
     resume.add_argument("--work-dir", default="runs/bench-resume")
     resume.add_argument("--out", help="also write the JSON here")
     resume.set_defaults(func=lambda args: bench_commands.resume(args))
+
+    exported = sub.add_parser("export", help="a run's model as a standalone HF model directory")
+    exported.add_argument("run_dir", help="the run directory (its final model or checkpoint)")
+    exported.add_argument("out", help="model directory to write (new or empty)")
+    exported.set_defaults(func=_export)
 
     monitor = sub.add_parser("monitor", help="watch a run from its Redis: progress, workers")
     monitor.add_argument("--config", help="run config (redis.url, run_id; env overrides apply)")

@@ -29,6 +29,7 @@ from llamarl.config import RunConfig, dump_config, unwritable_run_dir, writable_
 from llamarl.cores import CoreSplit, set_affinity
 from llamarl.curve import load_curve
 from llamarl.engine.model import check_model_path
+from llamarl.export import FINAL_MODEL
 from llamarl.monitor import progress_line
 from llamarl.store import RedisStore, Store, without_password
 from llamarl.weightsync import check_crosses_processes
@@ -63,6 +64,7 @@ def prepare_run_dir(config: RunConfig, resume: bool) -> Path:
                 (run_dir / name).unlink(missing_ok=True)
             shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
             shutil.rmtree(run_dir / "redis", ignore_errors=True)
+            shutil.rmtree(run_dir / FINAL_MODEL, ignore_errors=True)
         (run_dir / "config.yaml").write_text(dump_config(config))
         (run_dir / "logs").mkdir(exist_ok=True)
     except OSError as err:

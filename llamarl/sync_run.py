@@ -98,7 +98,7 @@ def run_sync(config: RunConfig) -> dict[str, Any]:
                 {"generate_s": generated - started, "score_s": scored - generated},
                 step_started=started,
             )
-        return {"mode": "sync"} | trainer.finish()
+        return trainer.finish("sync")
     finally:
         trainer.close()
         for each in runtimes:

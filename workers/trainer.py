@@ -1,10 +1,7 @@
 """`llamarl worker trainer`: gather scored groups, enforce staleness, train, publish versions
-(`llamarl.roles.trainer`); writes RUN_DIR/summary.json when it ends."""
+(`llamarl.roles.trainer`); writes RUN_DIR/summary.json and the final model when it ends."""
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 from llamarl.roles import build
 from llamarl.roles.runtime import RoleRuntime
@@ -14,8 +11,7 @@ from workers.common import run_worker
 def train(runtime: RoleRuntime) -> None:
     trainer = build.trainer(runtime)
     try:
-        summary = {"mode": "async"} | trainer.run()
-        (Path(runtime.config.run_dir) / "summary.json").write_text(json.dumps(summary))
+        trainer.run("async")
     finally:
         trainer.close()
 

@@ -21,7 +21,9 @@ import structlog
 from llamarl.background import LatestOnly
 from llamarl.bus import Bus, WorkQueue
 from llamarl.checkpoint import Restored, TrainerState
+from llamarl.engine.model import save_policy
 from llamarl.errors import ProtocolError
+from llamarl.export import FINAL_MODEL
 from llamarl.learner import Learner
 from llamarl.metrics import MetricsWriter
 from llamarl.protocol import Control, ScoredGroup, VersionAnnouncement
@@ -244,7 +246,7 @@ class Trainer:
         self.versions.check()
         self.checkpointer.check()
 
-    def run(self) -> dict[str, Any]:
+    def run(self, mode: str = "async") -> dict[str, Any]:
         runtime = self.runtime
         self.start()
         while not self.done and not runtime.stopping:
@@ -257,23 +259,28 @@ class Trainer:
                 runtime.add_time("wait_s", started)
             if ready:
                 self.train_step()
-        return self.finish()
+        return self.finish(mode)
 
-    def finish(self) -> dict[str, Any]:
-        """Checkpoint a stopped run, wait for the background work, end a finished run; the
-        run's summary."""
+    def finish(self, mode: str) -> dict[str, Any]:
+        """Checkpoint a stopped run, wait for the background work, end a finished run (its
+        final model saved to RUN_DIR/model); the run's summary, also written to
+        RUN_DIR/summary.json."""
         runtime = self.runtime
         timeout_s = runtime.config.sync.timeout_s
         if not self.done:
             self.save_checkpoint()  # asked to stop: resume later without losing a step
         self.checkpointer.flush(timeout_s)
         self.versions.flush(timeout_s)
+        run_dir = Path(runtime.config.run_dir)
+        model_dir = run_dir / FINAL_MODEL
         if self.done:
+            save_policy(self.policy, model_dir)
             runtime.store.set_run_status("finished")
             stop = Control("stop", {"reason": "trainer finished"})
             runtime.bus.publish(CONTROL, stop, self.policy_version)
         runtime.counters["bus_s"] = runtime.bus.busy_s
-        return {
+        summary = {
+            "mode": mode,
             "steps": self.step,
             "wall_s": round(runtime.clock() - self.started, 2),
             "rl_wall_s": round(runtime.clock() - self.rl_started, 2),
@@ -281,7 +288,10 @@ class Trainer:
             "initial_accuracy": self.initial_accuracy,
             "final_accuracy": self.final_accuracy,
             "max_staleness": self.max_staleness_seen,
+            "model": str(model_dir) if self.done else None,
         }
+        (run_dir / "summary.json").write_text(json.dumps(summary))
+        return summary
 
     def close(self) -> None:
         self.versions.close()

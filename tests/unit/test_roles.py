@@ -4,17 +4,21 @@ checks `build` makes before a role connects anywhere."""
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from llamarl.bus import MemoryHub
 from llamarl.checkpoint import TrainerState
 from llamarl.config import RunConfig, parse_config
 from llamarl.errors import ConfigError
+from llamarl.export import export
 from llamarl.roles import build
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.roles.trainer_durability import resume
@@ -52,6 +56,33 @@ def test_sync_run_trains_every_step_on_a_full_step_of_work(tmp_path: Path) -> No
     assert sorted(json.loads(line)["ticket_id"] for line in trained) == list(range(140))
     assert max(json.loads(line)["staleness"] for line in trained) == 0
     assert not (tmp_path / "checkpoints").exists(), "a sync run cannot resume: no checkpoints"
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    assert summary["model"] == str(tmp_path / "model")
+
+
+def test_a_finished_run_exports_its_final_model_else_its_newest_checkpoint(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    summary = run_sync(_config(run_dir))
+    exported = export(run_dir, tmp_path / "out")
+    assert exported == run_dir / "model"
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    AutoTokenizer.from_pretrained(tmp_path / "out")
+    trained = AutoModelForCausalLM.from_pretrained(summary["model"])
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(model.state_dict().values(), trained.state_dict().values(), strict=True)
+    )
+    with pytest.raises(ConfigError, match="exists and is not empty"):
+        export(run_dir, tmp_path / "out")
+    # A run stopped before the end has no final model: its newest complete checkpoint is taken.
+    for step in ("step-00000001", "step-00000002", "step-00000003.tmp"):
+        shutil.copytree(run_dir / "model", run_dir / "checkpoints" / step / "model")
+    shutil.rmtree(run_dir / "model")
+    assert export(run_dir, tmp_path / "out2") == run_dir / "checkpoints" / "step-00000002" / "model"
+    with pytest.raises(ConfigError, match="no final model"):
+        export(tmp_path / "out", tmp_path / "out3")
 
 
 def test_an_async_role_refuses_the_in_process_transport_before_connecting(tmp_path: Path) -> None:
