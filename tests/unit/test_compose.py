@@ -43,3 +43,12 @@ def test_image_pins_the_cpu_torch_build() -> None:
     dockerfile = (REPO / "Dockerfile").read_text()
     assert "torch==2.13.0" in dockerfile
     assert '"llamarl"' in dockerfile
+
+
+def test_generators_can_scale() -> None:
+    """`docker compose up --scale generator=N`: nothing in the service may be the same in two
+    replicas (a container name, a host port, a worker id)."""
+    generator = _services()["generator"]
+    assert "container_name" not in generator and "ports" not in generator
+    assert "--worker-id" not in generator["command"]
+    assert "LLAMARL_WORKER_ID" not in generator.get("environment", {})
