@@ -31,6 +31,7 @@ from llamarl.curve import load_curve
 from llamarl.engine.model import check_model_path
 from llamarl.export import FINAL_MODEL
 from llamarl.monitor import progress_line
+from llamarl.roles.trainer import SAMPLES_LOG
 from llamarl.store import RedisStore, Store, without_password
 from llamarl.weightsync import check_crosses_processes
 
@@ -42,7 +43,7 @@ STOP_TIMEOUT_S = 10.0
 WATCH_DEADLINE_S = 1.0
 CONFIG_EXIT = 2
 """A worker's exit code for a configuration it refuses (bad model path, transport, ...)."""
-RUN_FILES = ("metrics.jsonl", "trained.jsonl", "summary.json")
+RUN_FILES = ("metrics.jsonl", "trained.jsonl", "summary.json", SAMPLES_LOG)
 Spawn = Callable[[str, str], subprocess.Popen[bytes]]
 
 

@@ -19,7 +19,7 @@ from llamarl.config import RunConfig, writable_run_dir
 from llamarl.curve import load_curve
 from llamarl.engine.model import Policy, make_policy
 from llamarl.errors import ConfigError
-from llamarl.evaluate import accuracy
+from llamarl.evaluate import Evaluation, evaluate
 from llamarl.learner import Learner
 from llamarl.limits import Rejections
 from llamarl.net import BrokerEndpoints
@@ -141,9 +141,11 @@ def trainer(runtime: RoleRuntime, publisher: WeightPublisher | None = None) -> T
     held_out = prompt_set.eval_items()
     verifier = make_verifier(config.task.verifier)
 
-    def evaluate() -> float:
+    def held_out_evaluation() -> Evaluation:
         with runtime.keep_alive("evaluating"):
-            return accuracy(policy, held_out, verifier, gen.max_new_tokens, gen.min_new_tokens)
+            return evaluate(policy, held_out, verifier, gen.max_new_tokens, gen.min_new_tokens)
 
     checkpointer = Checkpointer(checkpoints, runtime.store, config.trainer.checkpoint_every)
-    return Trainer(runtime, learner, publisher, checkpointer, evaluate, restored, started)
+    return Trainer(
+        runtime, learner, publisher, checkpointer, held_out_evaluation, restored, started
+    )

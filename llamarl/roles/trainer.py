@@ -23,6 +23,7 @@ from llamarl.bus import Bus, WorkQueue
 from llamarl.checkpoint import Restored, TrainerState
 from llamarl.engine.model import save_policy
 from llamarl.errors import ProtocolError
+from llamarl.evaluate import Evaluation
 from llamarl.export import FINAL_MODEL
 from llamarl.learner import Learner
 from llamarl.metrics import MetricsWriter
@@ -37,6 +38,7 @@ from llamarl.weightsync import Staged, WeightPublisher
 
 log = structlog.get_logger(__name__)
 POLL_MS = 20
+SAMPLES_LOG = "samples.jsonl"
 
 
 class Trainer:
@@ -46,7 +48,7 @@ class Trainer:
         learner: Learner,
         publisher: WeightPublisher,
         checkpointer: Checkpointer,
-        evaluate: Callable[[], float],
+        evaluate: Callable[[], Evaluation],
         restored: Restored | None,
         started: float,
     ) -> None:
@@ -69,6 +71,7 @@ class Trainer:
         self.lost = rewind_logs(run_dir, self.step)
         self.metrics = MetricsWriter(run_dir / "metrics.jsonl")
         self.trained_log = (run_dir / "trained.jsonl").open("a")
+        self.samples_log = (run_dir / SAMPLES_LOG).open("a")
         self.buffer: list[ScoredGroup] = []
         self.book = TicketBook()
         self.last: dict[str, Any] = {}
@@ -126,7 +129,7 @@ class Trainer:
         self.book = TicketBook(*runtime.store.ended_tickets())
         self.publish()
         if self.initial_accuracy is None:
-            self.initial_accuracy = self.evaluate()
+            self.initial_accuracy = self.held_out_accuracy()
             self.save_checkpoint()
         self.final_accuracy = self.initial_accuracy
         self.rl_started = runtime.clock()
@@ -205,7 +208,7 @@ class Trainer:
         record["redis_s"] = runtime.add_time("redis_s", started)
         if self.step % config.trainer.eval_every == 0 or self.step == config.trainer.num_steps:
             started = runtime.clock()
-            self.final_accuracy = record["held_out_accuracy"] = self.evaluate()
+            self.final_accuracy = record["held_out_accuracy"] = self.held_out_accuracy()
             record["eval_s"] = runtime.add_time("eval_s", started)
         if self.step % max(config.trainer.checkpoint_every, 1) == 0:
             self.save_checkpoint()
@@ -226,6 +229,16 @@ class Trainer:
             self.trained_log.write(json.dumps(entry | {"staleness": lag, "step": self.step}) + "\n")
         self.trained_log.flush()  # before the tickets end: a crash never ends one it lacks
         self.max_staleness_seen = max([self.max_staleness_seen, *staleness])
+
+    def held_out_accuracy(self) -> float:
+        """Evaluate; log a few completions with their rewards (and append them to
+        RUN_DIR/samples.jsonl)."""
+        result = self.evaluate()
+        log.info("samples", step=self.step, accuracy=result.accuracy, samples=result.samples)
+        entry = {"step": self.step, "accuracy": result.accuracy, "samples": result.samples}
+        self.samples_log.write(json.dumps(entry) + "\n")
+        self.samples_log.flush()
+        return result.accuracy
 
     def _status(self, record: dict[str, Any]) -> dict[str, Any]:
         """The heartbeat fields the progress line and `llamarl monitor` show."""
@@ -300,4 +313,5 @@ class Trainer:
             self._announce_bus.close()
         self.metrics.close()
         self.trained_log.close()
+        self.samples_log.close()
         self.publisher.close()

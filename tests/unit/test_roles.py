@@ -57,6 +57,13 @@ def test_sync_run_trains_every_step_on_a_full_step_of_work(tmp_path: Path) -> No
     assert max(json.loads(line)["staleness"] for line in trained) == 0
     assert not (tmp_path / "checkpoints").exists(), "a sync run cannot resume: no checkpoints"
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    evaluations = [json.loads(line) for line in (tmp_path / "samples.jsonl").open()]
+    assert [e["step"] for e in evaluations] == [0, 2], "the starting policy and step 2"
+    assert evaluations[-1]["accuracy"] == summary["final_accuracy"]
+    for shown in evaluations[-1]["samples"]:
+        assert shown.keys() == {"prompt", "completion", "answer", "reward"}
+        assert shown["reward"] in (0.0, 1.0)
+    assert len(evaluations[-1]["samples"]) == 3
     assert summary["model"] == str(tmp_path / "model")
 
 
