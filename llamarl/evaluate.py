@@ -9,6 +9,7 @@ from typing import Any
 
 from llamarl.engine.model import Policy
 from llamarl.engine.sampling import sample
+from llamarl.progress import Progress
 from llamarl.rewards.verifiers import Verifier
 from llamarl.rollouts import completion_texts
 from llamarl.tasks import Example
@@ -34,6 +35,7 @@ def evaluate(
 ) -> Evaluation:
     correct = 0.0
     samples: list[dict[str, Any]] = []
+    progress = Progress("evaluation", len(examples), transient=True)
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
         prompts = [policy.encode_prompt(e.prompt) for e in chunk]
@@ -48,4 +50,6 @@ def evaluate(
             if len(samples) < SAMPLES:
                 samples.append({"prompt": example.prompt, "completion": text,
                                 "answer": example.answer, "reward": reward})  # fmt: skip
+        progress.update(len(chunk))
+    progress.close(accuracy=round(correct / len(examples), 4))
     return Evaluation(correct / len(examples), samples)

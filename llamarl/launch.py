@@ -200,9 +200,9 @@ class Supervisor:
         self.children[index] = self._spawn(child.role, child.worker_id)
 
     def wait_for_trainer(self, store: Store) -> None:
-        """Return when the trainer exits 0; raise naming the role when a child cannot go on."""
+        """Return when the trainer exits 0; raise naming the role when a child cannot go on.
+        The progress line is shown every PROGRESS_S and once more at the end."""
         last_progress = 0.0
-        tty = sys.stderr.isatty()
         while True:
             self.restart_services()
             for index, child in enumerate(self.children):
@@ -210,21 +210,25 @@ class Supervisor:
                 if code is None:
                     continue
                 if child.role == "trainer" and code == 0:
-                    if tty:
-                        sys.stderr.write("\n")
+                    self._show_progress(store, last=True)
                     return
                 if code == 0 and _finished(store):
                     continue  # told to stop by the finishing trainer
                 self.restart(index, code)
             if time.monotonic() - last_progress > PROGRESS_S:
                 last_progress = time.monotonic()
-                try:
-                    line = progress_line(store, self.config.trainer.num_steps)
-                except ConnectionError:  # Redis is down: restarted on the next turn
-                    line = "redis unreachable"
-                sys.stderr.write(f"\r{line}" if tty else f"{line}\n")
-                sys.stderr.flush()
+                self._show_progress(store)
             time.sleep(POLL_S)
+
+    def _show_progress(self, store: Store, last: bool = False) -> None:
+        """The progress line, rewritten in place on a terminal, a line each time elsewhere."""
+        try:
+            line = progress_line(store, self.config.trainer.num_steps)
+        except ConnectionError:  # Redis is down: restarted on the next turn
+            line = "redis unreachable"
+        tty = sys.stderr.isatty()
+        sys.stderr.write((f"\r{line}" if tty else f"{line}\n") + ("\n" if tty and last else ""))
+        sys.stderr.flush()
 
 
 def _finished(store: Store) -> bool:

@@ -23,10 +23,14 @@ def progress_line(store: Store, total_steps: int) -> str:
     trainers.sort(key=lambda w: not w.alive)
     trainer = trainers[0].fields if trainers else {}
     ledger = store.ledger()
+    status = trainer.get("status", "not started")
+    phase = "" if status in ("running", "stopped") else f"trainer {status}  "
+    held_out = trainer.get("held_out_accuracy")
     return (
-        f"step {trainer.get('step', 0)}/{total_steps}  version {trainer.get('policy_version', '-')}"
+        f"{phase}step {trainer.get('step', 0)}/{total_steps}"
+        f"  version {trainer.get('policy_version', '-')}"
         f"  reward {float(trainer.get('reward_mean', 0)):.3f}"
-        f"  held-out {float(trainer.get('held_out_accuracy', 0)):.3f}"
+        f"  held-out {'-' if held_out is None else f'{float(held_out):.3f}'}"
         f"  staleness max {trainer.get('max_staleness', 0)}"
         f"  tickets issued {ledger['issued']} trained {ledger['trained']}"
         f" stale {ledger['dropped_stale']} open {ledger['open']}"

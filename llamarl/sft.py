@@ -10,6 +10,7 @@ import torch
 
 from llamarl.config import RunConfig
 from llamarl.engine.model import Policy, make_policy
+from llamarl.progress import Progress
 from llamarl.tasks import PromptSet
 
 
@@ -39,13 +40,16 @@ def supervised_warm_start(
     """Train in place for `steps` steps; returns the loss per step."""
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr)
     losses = []
-    for step in range(steps):
-        first = -(step + 1) * batch_size
-        loss = policy.model(**sft_batch(policy, prompt_set, range(first, first + batch_size))).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.detach()))
+    with Progress("warm start", steps) as progress:
+        for step in range(steps):
+            first = -(step + 1) * batch_size
+            batch = sft_batch(policy, prompt_set, range(first, first + batch_size))
+            loss = policy.model(**batch).loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.detach()))
+            progress.update(loss=round(losses[-1], 4))
     return losses
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from llamarl.bus import Bus, MemoryHub
 from llamarl.config import LocalSync, RunConfig
 from llamarl.errors import SyncError
+from llamarl.progress import Progress
 from llamarl.roles import build
 from llamarl.roles.generator import Generator
 from llamarl.roles.runtime import RoleRuntime
@@ -80,6 +81,7 @@ def run_sync(config: RunConfig) -> dict[str, Any]:
     receiver = make_receiver(config.sync, generator_rt.worker_id)
     generator = build.generator(generator_rt, receiver, policy=trainer.policy)
     scorer = build.reward(reward_rt)
+    progress = Progress("sync steps", config.trainer.num_steps)
     try:
         trainer.start()
         while not trainer.done:
@@ -98,8 +100,10 @@ def run_sync(config: RunConfig) -> dict[str, Any]:
                 {"generate_s": generated - started, "score_s": scored - generated},
                 step_started=started,
             )
+            progress.update(held_out=trainer.final_accuracy)
         return trainer.finish("sync")
     finally:
+        progress.close()
         trainer.close()
         for each in runtimes:
             each.close()

@@ -41,6 +41,8 @@ def test_staleness_bound_and_balanced_ledger(
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     assert f"run k{max_staleness}: Redis at redis://127.0.0.1:" in err, "the run says its Redis"
+    progress = [line for line in err.splitlines() if line.startswith(("step ", "trainer "))]
+    assert progress[-1].startswith("step 12/12 "), progress[-3:]
     summary = json.loads(out.strip().splitlines()[-1])
     steps, per_step = 12, 4
     assert summary["mode"] == "async" and summary["steps"] == steps
