@@ -68,6 +68,16 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plot(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from llamarl.plot import plot
+
+    for path in plot([Path(d) for d in args.run_dirs], Path(args.out)):
+        print(f"wrote {path}")
+    return 0
+
+
 def _monitor(args: argparse.Namespace) -> int:
     from llamarl.monitor import main as monitor
 
@@ -143,6 +153,11 @@ def build_parser(
     exported.add_argument("run_dir", help="the run directory (its final model or checkpoint)")
     exported.add_argument("out", help="model directory to write (new or empty)")
     exported.set_defaults(func=_export)
+
+    plotted = sub.add_parser("plot", help="PNG figures of runs (overlaid): learning, staleness")
+    plotted.add_argument("run_dirs", nargs="+", help="run directories")
+    plotted.add_argument("--out", default="plots", help="directory for the PNG files")
+    plotted.set_defaults(func=_plot)
 
     monitor = sub.add_parser("monitor", help="watch a run from its Redis: progress, workers")
     monitor.add_argument("--config", help="run config (redis.url, run_id; env overrides apply)")

@@ -1,0 +1,116 @@
+"""`llamarl plot RUN_DIR... --out DIR`: PNG figures of one run or several overlaid (async against
+sync, one seed against another), from the files every run writes.
+
+- learning.png: reward (mean over the last SMOOTH steps) and held-out accuracy, against step and
+  against RL wall time (seconds since RL started, warm start excluded);
+- staleness.png: how many trained groups had each staleness (RUN_DIR/trained.jsonl);
+- roles.png: busy and idle seconds of every worker (RUN_DIR/timers/; for async runs).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure  # the object API: files only, no display or pyplot state
+
+from llamarl.errors import ConfigError
+
+SMOOTH = 10
+
+
+def _rolling_mean(values: list[float]) -> list[float]:
+    return [sum(values[max(0, i - SMOOTH + 1) : i + 1]) / min(i + 1, SMOOTH)
+            for i in range(len(values))]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    records: list[dict[str, Any]]
+    staleness: Counter[int]
+    timers: dict[str, dict[str, Any]]
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def load_run(run_dir: Path) -> Run:
+    records = _jsonl(run_dir / "metrics.jsonl")
+    if not records:
+        raise ConfigError(f"{run_dir}: no metrics.jsonl with a step in it; give a run directory")
+    summary = run_dir / "summary.json"
+    mode = json.loads(summary.read_text()).get("mode") if summary.exists() else None
+    staleness = Counter(int(e["staleness"]) for e in _jsonl(run_dir / "trained.jsonl"))
+    timers = {
+        p.stem: json.loads(p.read_text()) for p in sorted((run_dir / "timers").glob("*.json"))
+    }
+    name = f"{run_dir.name} ({mode})" if mode else run_dir.name
+    return Run(name, records, staleness, timers)
+
+
+def _learning(runs: list[Run], out: Path) -> None:
+    figure = Figure(figsize=(11, 8))
+    axes = figure.subplots(2, 2, sharey="row")
+    for run in runs:
+        evaluated = [r for r in run.records if "held_out_accuracy" in r]
+        for column, x in enumerate(("step", "rl_s")):
+            rewards = _rolling_mean([r["reward_mean"] for r in run.records])
+            axes[0][column].plot([r.get(x, 0) for r in run.records], rewards, label=run.name)
+            axes[1][column].plot([r.get(x, 0) for r in evaluated],
+                                 [r["held_out_accuracy"] for r in evaluated], marker="o",
+                                 label=run.name)  # fmt: skip
+    for row, quantity in enumerate((f"reward (mean of {SMOOTH} steps)", "held-out accuracy")):
+        axes[row][0].set_ylabel(quantity)
+        for column, x_label in enumerate(("step", "RL wall time, s")):
+            axes[row][column].set_xlabel(x_label)
+            axes[row][column].grid(alpha=0.3)
+    axes[0][0].legend()
+    figure.tight_layout()
+    figure.savefig(out / "learning.png")
+
+
+def _staleness(runs: list[Run], out: Path) -> None:
+    figure = Figure(figsize=(7, 4))
+    axis = figure.subplots()
+    width = 0.8 / len(runs)
+    for index, run in enumerate(runs):
+        lags = sorted(run.staleness)
+        axis.bar([lag + index * width for lag in lags], [run.staleness[lag] for lag in lags],
+                 width=width, label=run.name)  # fmt: skip
+    axis.set_xlabel("staleness of a trained group (versions)")
+    axis.set_ylabel("trained groups")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(out / "staleness.png")
+
+
+def _roles(runs: list[Run], out: Path) -> None:
+    bars = [(f"{run.name}: {worker}", timer["busy_s"], timer["idle_s"])
+            for run in runs for worker, timer in run.timers.items()]  # fmt: skip
+    figure = Figure(figsize=(9, 1 + 0.4 * max(len(bars), 1)))
+    axis = figure.subplots()
+    labels = [label for label, _, _ in bars]
+    busy = [b for _, b, _ in bars]
+    axis.barh(labels, busy, label="busy")
+    axis.barh(labels, [i for _, _, i in bars], left=busy, label="idle")
+    axis.set_xlabel("seconds")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(out / "roles.png")
+
+
+def plot(run_dirs: list[Path], out: Path) -> list[Path]:
+    """Write the figures of these runs into `out`; the files written."""
+    runs = [load_run(run_dir) for run_dir in run_dirs]
+    out.mkdir(parents=True, exist_ok=True)
+    _learning(runs, out)
+    _staleness(runs, out)
+    _roles(runs, out)
+    return [out / name for name in ("learning.png", "staleness.png", "roles.png")]

@@ -1,0 +1,43 @@
+"""`llamarl plot` draws real figures from real run directories, several runs overlaid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib import image
+
+from llamarl.config import parse_config
+from llamarl.errors import ConfigError
+from llamarl.plot import plot
+from llamarl.sync_run import run_sync
+
+MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
+         "max_position_embeddings": 32}  # fmt: skip
+
+
+def _run(run_dir: Path, seed: int) -> Path:
+    run_sync(parse_config({
+        "run_id": f"plot{seed}", "run_dir": str(run_dir), "seed": seed, "model": MODEL,
+        "task": {"kind": "arithmetic", "num_digits": 1, "num_eval": 4},
+        "generation": {"num_samples": 2, "max_new_tokens": 3, "min_new_tokens": 3},
+        "trainer": {"prompts_per_step": 2, "num_steps": 4, "eval_every": 2, "sft_steps": 0},
+    }))  # fmt: skip
+    return run_dir
+
+
+def test_plot_writes_png_figures_with_content_for_overlaid_runs(tmp_path: Path) -> None:
+    runs = [_run(tmp_path / "a", 0), _run(tmp_path / "b", 1)]
+    written = plot(runs, tmp_path / "plots")
+    assert [p.name for p in written] == ["learning.png", "staleness.png", "roles.png"]
+    for path in written:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        pixels = image.imread(path)
+        assert pixels.shape[0] > 200 and pixels.shape[1] > 400
+        assert float(np.std(pixels)) > 0.01, f"{path.name} is blank"
+
+
+def test_plot_of_a_directory_that_is_not_a_run_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no metrics.jsonl"):
+        plot([tmp_path], tmp_path / "plots")
