@@ -147,7 +147,11 @@ class TaskConfig(_Section):
     """Arithmetic only: the answer is written out column by column with carries before the
     sum (a fixed number of tokens per answer); score it with verifier final_int."""
     verifier: Literal["exact_int", "final_int", "gsm8k", "math", "format"] = "exact_int"
-    """Reward function applied to each completion."""
+    """Reward function applied to each completion (and the held-out accuracy's judge)."""
+    reward: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    """Your own training reward, `module:function` (importable where the reward workers run):
+    function(completion, answer) -> float replaces `verifier` for training; held-out accuracy
+    stays the verifier's."""
 
     @model_validator(mode="after")
     def _fields_agree(self) -> TaskConfig:

@@ -31,6 +31,7 @@ from llamarl.curve import load_curve
 from llamarl.engine.model import check_model_path
 from llamarl.export import FINAL_MODEL
 from llamarl.monitor import progress_line
+from llamarl.rewards.custom import load_reward
 from llamarl.roles.trainer import SAMPLES_LOG
 from llamarl.store import RedisStore, Store, without_password
 from llamarl.weightsync import check_crosses_processes
@@ -89,6 +90,8 @@ def preflight(config: RunConfig, mode: str) -> None:
     the in-process transport."""
     check_model_path(config.model)
     load_curve(config.broker.curve_keys)
+    if config.task.reward is not None:
+        load_reward(config.task.reward)
     if mode == "async":
         check_crosses_processes(config.sync)
 

@@ -8,6 +8,7 @@ bounded.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
@@ -106,11 +107,19 @@ VERIFIERS: dict[str, Verifier] = {
 
 def make_verifier(name: str) -> Verifier:
     """The named verifier, wrapped so that any failure on odd text scores 0.0 (logged)."""
-    inner = VERIFIERS[name]
+    return guarded(name, VERIFIERS[name])
+
+
+def guarded(name: str, inner: Verifier) -> Verifier:
+    """`inner` made safe: an exception, or a result that is not a finite number, scores 0.0
+    (logged)."""
 
     def safe(completion: str, answer: str) -> float:
         try:
-            return float(inner(completion, answer))
+            reward = float(inner(completion, answer))
+            if not math.isfinite(reward):
+                raise ValueError(f"reward {reward}")
+            return reward
         except Exception as err:  # a verifier must never take its worker down
             log.warning("verifier failed", verifier=name, error=type(err).__name__)
             return 0.0

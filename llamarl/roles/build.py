@@ -24,6 +24,7 @@ from llamarl.learner import Learner
 from llamarl.limits import Rejections
 from llamarl.net import BrokerEndpoints
 from llamarl.rewards import make_verifier
+from llamarl.rewards.custom import load_reward
 from llamarl.roles.generator import Generator
 from llamarl.roles.reward import RewardScorer
 from llamarl.roles.runtime import RoleRuntime
@@ -108,6 +109,10 @@ def generator(
 
 
 def reward(runtime: RoleRuntime) -> RewardScorer:
+    """The scorer with the task's verifier, or the user's own function (`task.reward`)."""
+    custom = runtime.config.task.reward
+    if custom is not None:
+        return RewardScorer(runtime, load_reward(custom), custom)
     name = runtime.config.task.verifier
     return RewardScorer(runtime, make_verifier(name), name)
 

@@ -19,6 +19,7 @@ from llamarl.checkpoint import TrainerState
 from llamarl.config import RunConfig, parse_config
 from llamarl.errors import ConfigError
 from llamarl.export import export
+from llamarl.rewards.custom import load_reward
 from llamarl.roles import build
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.roles.trainer_durability import resume
@@ -146,3 +147,22 @@ def test_keep_alive_beats_through_a_phase_longer_than_the_heartbeat_ttl(tmp_path
     assert len(beats) >= 3, "heartbeats came from the keep-alive thread"
     assert not [t for t in threading.enumerate() if t.name.startswith("keep-alive")]
     runtime.close()
+
+
+def test_a_custom_reward_function_scores_training_and_bad_ones_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "quarter_reward.py").write_text(
+        "def score(completion, answer):\n    return 0.25\n\nNOT_A_FUNCTION = 3\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run_sync(_config(tmp_path / "run", task={"kind": "arithmetic", "num_digits": 1,
+                                             "num_eval": 4, "reward": "quarter_reward:score"}))  # fmt: skip
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert [r["reward_mean"] for r in records] == [0.25, 0.25]
+    with pytest.raises(ConfigError, match="task.reward no_such_module:f: cannot import"):
+        load_reward("no_such_module:f")
+    with pytest.raises(ConfigError, match="has no function NOT_A_FUNCTION"):
+        load_reward("quarter_reward:NOT_A_FUNCTION")
+    with pytest.raises(ConfigError, match="task.reward"):
+        _config(tmp_path, task={"reward": "not a spec"})
