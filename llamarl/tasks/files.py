@@ -1,30 +1,32 @@
-"""Prompt files: JSONL (one object a line) or Parquet, with configurable field names.
+"""Prompt files: JSONL (one object a line) or Parquet, read with the Hugging Face `datasets`
+library (local files only: nothing is downloaded), with configurable field names.
 
 The first `num_eval` rows are held out for evaluation; training cycles through the rest.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from llamarl.tasks.base import Example
 
+BUILDERS = {"jsonl": "json", "parquet": "parquet"}
+
 
 def _read_rows(path: Path, kind: str) -> list[dict]:
-    if kind == "jsonl":
-        rows = []
-        for number, line in enumerate(path.read_text().splitlines(), start=1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{path}:{number}: not JSON ({err.msg})") from None
-        return rows
-    import pyarrow.parquet as pq
+    import datasets  # heavy: only for runs with a prompt file
 
-    return pq.read_table(path).to_pylist()
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
+    try:
+        table = datasets.load_dataset(BUILDERS[kind], data_files=str(path), split="train")
+    except Exception as err:  # malformed JSON lines or Parquet: one line naming the file
+        cause = err.__cause__ or err
+        raise ValueError(f"{path}: not readable as {kind} ({str(cause).splitlines()[0]})") from None
+    return list(table)
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class FilePromptSet:
         rows = _read_rows(Path(path), kind)
         pairs = []
         for number, row in enumerate(rows, start=1):
-            if prompt_field not in row or answer_field not in row:
+            if row.get(prompt_field) is None or row.get(answer_field) is None:
                 raise ValueError(f"{path}: row {number} lacks {prompt_field!r} or {answer_field!r}")
             pairs.append((str(row[prompt_field]), str(row[answer_field])))
         if len(pairs) <= num_eval:

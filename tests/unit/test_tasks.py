@@ -9,9 +9,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from llamarl.config import TaskConfig
+from llamarl.config import TaskConfig, load_config
+from llamarl.rewards import make_verifier
 from llamarl.tasks import make_prompt_set
 from llamarl.tasks.arithmetic import ArithmeticTask, worked_length, worked_sum
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_arithmetic_is_seeded_and_held_out_is_disjoint() -> None:
@@ -50,7 +53,7 @@ def test_jsonl_and_parquet_with_custom_fields(tmp_path: Path) -> None:
 def test_prompt_file_errors_name_the_problem(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "a", "answer": "1"}\nnot json\n')
-    with pytest.raises(ValueError, match="bad.jsonl:2: not JSON"):
+    with pytest.raises(ValueError, match="bad.jsonl: not readable as jsonl"):
         make_prompt_set(TaskConfig(kind="jsonl", path=str(bad), num_eval=1), 0)
     missing = tmp_path / "missing.jsonl"
     missing.write_text('{"prompt": "a"}\n{"prompt": "b"}\n')
@@ -71,3 +74,15 @@ def test_worked_answers_have_one_length_and_carry_correctly() -> None:
         assert example.target == example.solution and example.solution.endswith(f"={a + b:04d}")
     plain = ArithmeticTask(num_digits=3, num_eval=50, seed=0).train_item(0)
     assert plain.solution is None and plain.target == plain.answer
+
+
+@pytest.mark.parametrize("name", ["gsm8k_smollm2", "math_smollm2"])
+def test_shipped_sample_prompt_sets_load_and_their_references_score_one(name: str) -> None:
+    config = load_config(REPO / "configs" / f"{name}.yaml")
+    task = config.task.model_copy(update={"path": str(REPO / str(config.task.path))})
+    prompts = make_prompt_set(task, seed=0)
+    verifier = make_verifier(task.verifier)
+    examples = [*prompts.eval_items(), *(prompts.train_item(i) for i in range(8))]
+    assert len(examples) == 12 and len({e.prompt for e in examples}) == 12
+    assert all(verifier(e.answer, e.answer) == 1.0 for e in examples)
+    assert verifier("I do not know.", examples[0].answer) == 0.0
