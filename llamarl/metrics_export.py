@@ -43,7 +43,7 @@ class RuntimeCollector:
 def serve_metrics(runtime: RoleRuntime, port: int, host: str = "0.0.0.0") -> None:
     """Serve the runtime's counters at http://host:port/metrics from a daemon thread."""
     registry = CollectorRegistry()
-    registry.register(RuntimeCollector(runtime))  # type: ignore[arg-type]
+    registry.register(RuntimeCollector(runtime))
     try:
         start_http_server(port, addr=host, registry=registry)
     except OSError as err:
