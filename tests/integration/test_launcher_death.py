@@ -24,14 +24,14 @@ def test_children_die_with_the_launcher_and_the_next_start_cleans_shared_memory(
         wait_for_steps(tmp_path / "orphans", 3, proc)
         started = supervise.descendants(proc.pid)
         assert len(started) >= 5, started  # redis, broker, trainer, two generators, reward
-        left_files = list(SHM.glob("llamarl-orphans-*"))
-        assert left_files, "the trainer publishes its versions in /dev/shm"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         assert supervise.wait_gone(started, timeout_s=5) == [], "children outlived the launcher"
     finally:
         supervise.stop(proc)
-    assert all(path.exists() for path in left_files), "the killed trainer could not clean up"
+    # Taken after the deaths: a running trainer removes its older versions itself.
+    left_files = list(SHM.glob("llamarl-orphans-*"))
+    assert left_files, "the killed trainer left its newest versions in /dev/shm"
 
     rerun = write_config(tmp_path, "orphans", trainer={"num_steps": 4},
                          sync={"transport": "shm"})  # fmt: skip
