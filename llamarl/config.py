@@ -10,6 +10,8 @@ commands take the same overrides as `section.field=value` after the config (`app
 from __future__ import annotations
 
 import os
+import re
+import string
 from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -130,6 +132,25 @@ class ModelConfig(_Section):
         return self
 
 
+def template_fields(template: str) -> set[str]:
+    """The field names a format string uses; ValueError on a malformed one or on a positional
+    field (`{}`, `{0}`)."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as err:
+        raise ValueError(f"prompt_template is not a format string: {err}") from None
+    names = set()
+    for _, name, _, _ in parsed:
+        if name is None:
+            continue
+        base = re.split(r"[.\[]", name, maxsplit=1)[0]
+        if not base.isidentifier():
+            raise ValueError(f"prompt_template: {{{name}}} is not a field name; use {{a}}, {{b}} "
+                             "or a prompt file's field names")  # fmt: skip
+        names.add(base)
+    return names
+
+
 class TaskConfig(_Section):
     kind: Literal["arithmetic", "jsonl", "parquet"] = "arithmetic"
     """Built-in arithmetic task, or a prompt file."""
@@ -152,9 +173,23 @@ class TaskConfig(_Section):
     """Your own training reward, `module:function` (importable where the reward workers run):
     function(completion, answer) -> float replaces `verifier` for training; held-out accuracy
     stays the verifier's."""
+    prompt_template: str | None = Field(None, min_length=1, max_length=10_000)
+    """Wrap each prompt in words of your own: a Python format string. Arithmetic offers {a} and
+    {b} (the operands as the prompt writes them: "What is {a}+{b}? Answer with the number
+    only."); prompt files offer every field of a row ("{question}"). None: the prompt as it is
+    (`a+b=`, or the file's prompt_field)."""
 
     @model_validator(mode="after")
     def _fields_agree(self) -> TaskConfig:
+        if self.prompt_template is not None:
+            names = template_fields(self.prompt_template)
+            unknown = names - {"a", "b"}
+            if self.kind == "arithmetic" and unknown:
+                raise FieldConflict(
+                    ("prompt_template", "kind"),
+                    f"arithmetic prompts offer {{a}} and {{b}}, not "
+                    + ", ".join("{" + name + "}" for name in sorted(unknown)),
+                )
         if self.kind != "arithmetic" and self.path is None:
             raise FieldConflict(
                 ("kind", "path"), f"kind {self.kind} reads prompts from path; set it"

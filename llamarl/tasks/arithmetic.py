@@ -35,8 +35,16 @@ def worked_length(num_digits: int) -> int:
 
 
 class ArithmeticTask:
-    def __init__(self, num_digits: int, num_eval: int, seed: int, show_work: bool = False) -> None:
+    def __init__(
+        self,
+        num_digits: int,
+        num_eval: int,
+        seed: int,
+        show_work: bool = False,
+        prompt_template: str | None = None,
+    ) -> None:
         self.num_digits = num_digits
+        self.prompt_template = prompt_template
         self.limit = 10**num_digits
         self.show_work = show_work
         if num_eval * 4 > self.limit**2:
@@ -51,14 +59,19 @@ class ArithmeticTask:
         self._eval_pairs = sorted(held)
         self._held = held
 
+    def _prompt(self, a: str, b: str) -> str:
+        if self.prompt_template is None:
+            return f"{a}+{b}="
+        return self.prompt_template.format(a=a, b=b)
+
     def _example(self, index: int, a: int, b: int) -> Example:
         answer = str(a + b)
         if not self.show_work:
-            return Example(index=index, prompt=f"{a}+{b}=", answer=answer)
+            return Example(index=index, prompt=self._prompt(str(a), str(b)), answer=answer)
         width = self.num_digits
         return Example(
             index=index,
-            prompt=f"{a:0{width}d}+{b:0{width}d}=",
+            prompt=self._prompt(f"{a:0{width}d}", f"{b:0{width}d}"),
             answer=answer,
             solution=worked_sum(a, b, width),
         )

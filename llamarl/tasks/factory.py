@@ -11,9 +11,16 @@ from llamarl.tasks.files import FilePromptSet
 
 def make_prompt_set(config: TaskConfig, seed: int) -> PromptSet:
     if config.kind == "arithmetic":
-        return ArithmeticTask(config.num_digits, config.num_eval, seed, config.show_work)
+        return ArithmeticTask(
+            config.num_digits, config.num_eval, seed, config.show_work, config.prompt_template
+        )
     # TaskConfig refuses a file kind without a path.
     assert config.path is not None
     return FilePromptSet.load(
-        config.path, config.kind, config.prompt_field, config.answer_field, config.num_eval
+        config.path,
+        config.kind,
+        config.prompt_field,
+        config.answer_field,
+        config.num_eval,
+        config.prompt_template,
     )

@@ -29,6 +29,20 @@ def _read_rows(path: Path, kind: str) -> list[dict]:
     return list(table)
 
 
+def _prompt(
+    row: dict, prompt_field: str, template: str | None, path: str, number: int
+) -> str:
+    if template is None:
+        return str(row[prompt_field])
+    try:
+        return template.format(**row)
+    except KeyError as err:
+        raise ValueError(
+            f"{path}: row {number} has no field {err.args[0]!r} that task.prompt_template names "
+            f"(its fields: {', '.join(sorted(row))})"
+        ) from None
+
+
 @dataclass(frozen=True)
 class FilePromptSet:
     train: list[tuple[str, str]]
@@ -36,14 +50,25 @@ class FilePromptSet:
 
     @classmethod
     def load(
-        cls, path: str, kind: str, prompt_field: str, answer_field: str, num_eval: int
+        cls,
+        path: str,
+        kind: str,
+        prompt_field: str,
+        answer_field: str,
+        num_eval: int,
+        prompt_template: str | None = None,
     ) -> FilePromptSet:
+        """`prompt_template`, when given, writes each prompt from the row's fields in place of
+        `prompt_field`."""
         rows = _read_rows(Path(path), kind)
         pairs = []
         for number, row in enumerate(rows, start=1):
-            if row.get(prompt_field) is None or row.get(answer_field) is None:
-                raise ValueError(f"{path}: row {number} lacks {prompt_field!r} or {answer_field!r}")
-            pairs.append((str(row[prompt_field]), str(row[answer_field])))
+            if prompt_template is None and row.get(prompt_field) is None:
+                raise ValueError(f"{path}: row {number} lacks {prompt_field!r}")
+            if row.get(answer_field) is None:
+                raise ValueError(f"{path}: row {number} lacks {answer_field!r}")
+            pairs.append((_prompt(row, prompt_field, prompt_template, path, number),
+                          str(row[answer_field])))  # fmt: skip
         if len(pairs) <= num_eval:
             raise ValueError(
                 f"{path}: {len(pairs)} rows leave none for training after {num_eval} held out"

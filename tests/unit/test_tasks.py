@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -59,6 +60,33 @@ def test_prompt_file_errors_name_the_problem(tmp_path: Path) -> None:
     missing.write_text('{"prompt": "a"}\n{"prompt": "b"}\n')
     with pytest.raises(ValueError, match="row 1 lacks"):
         make_prompt_set(TaskConfig(kind="jsonl", path=str(missing), num_eval=1), 0)
+
+
+def test_prompt_template_words_arithmetic_and_file_prompts(tmp_path: Path) -> None:
+    template = "What is {a}+{b}? Answer with the number only."
+    worded = make_prompt_set(TaskConfig(num_eval=20, prompt_template=template), seed=0)
+    plain = make_prompt_set(TaskConfig(num_eval=20), seed=0)
+    for mine, theirs in zip(worded.eval_items(), plain.eval_items(), strict=True):
+        a, b = theirs.prompt.rstrip("=").split("+")
+        assert mine.prompt == template.format(a=a, b=b) and mine.answer == theirs.answer
+    assert worded.train_item(5).answer == plain.train_item(5).answer
+    rows = [{"question": f"q{i}", "topic": "sums", "answer": str(i)} for i in range(4)]
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    config = TaskConfig(kind="jsonl", path=str(path), num_eval=1, prompt_template="{topic}: {question}")
+    assert make_prompt_set(config, 0).train_item(0).prompt == "sums: q1"
+    with pytest.raises(ValueError, match="no field 'level' that task.prompt_template names"):
+        make_prompt_set(config.model_copy(update={"prompt_template": "{level} {question}"}), 0)
+
+
+@pytest.mark.parametrize(
+    ("template", "error"),
+    [("{a} plus {c}", "offer {a} and {b}, not {c}"), ("{} + {}", "is not a field name"),
+     ("{a + {b}", "not a format string: unexpected '{'")],
+)  # fmt: skip
+def test_bad_arithmetic_prompt_templates_are_refused(template: str, error: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(error)):
+        TaskConfig(prompt_template=template)
 
 
 def test_worked_answers_have_one_length_and_carry_correctly() -> None:
