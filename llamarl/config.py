@@ -187,7 +187,7 @@ class TaskConfig(_Section):
             if self.kind == "arithmetic" and unknown:
                 raise FieldConflict(
                     ("prompt_template", "kind"),
-                    f"arithmetic prompts offer {{a}} and {{b}}, not "
+                    "arithmetic prompts offer {{a}} and {{b}}, not "
                     + ", ".join("{" + name + "}" for name in sorted(unknown)),
                 )
         if self.kind != "arithmetic" and self.path is None:

@@ -29,9 +29,7 @@ def _read_rows(path: Path, kind: str) -> list[dict]:
     return list(table)
 
 
-def _prompt(
-    row: dict, prompt_field: str, template: str | None, path: str, number: int
-) -> str:
+def _prompt(row: dict, prompt_field: str, template: str | None, path: str, number: int) -> str:
     if template is None:
         return str(row[prompt_field])
     try:

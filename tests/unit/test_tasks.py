@@ -73,7 +73,9 @@ def test_prompt_template_words_arithmetic_and_file_prompts(tmp_path: Path) -> No
     rows = [{"question": f"q{i}", "topic": "sums", "answer": str(i)} for i in range(4)]
     path = tmp_path / "p.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    config = TaskConfig(kind="jsonl", path=str(path), num_eval=1, prompt_template="{topic}: {question}")
+    config = TaskConfig(
+        kind="jsonl", path=str(path), num_eval=1, prompt_template="{topic}: {question}"
+    )
     assert make_prompt_set(config, 0).train_item(0).prompt == "sums: q1"
     with pytest.raises(ValueError, match="no field 'level' that task.prompt_template names"):
         make_prompt_set(config.model_copy(update={"prompt_template": "{level} {question}"}), 0)
