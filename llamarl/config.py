@@ -173,6 +173,14 @@ class TaskConfig(_Section):
     """Your own training reward, `module:function` (importable where the reward workers run):
     function(completion, answer) -> float replaces `verifier` for training; held-out accuracy
     stays the verifier's."""
+    reward_model: str | None = None
+    """A local Hugging Face reward model (sequence classification, one label) the reward workers
+    run on each (prompt, completion): its score times reward_model_weight is added to the
+    training reward."""
+    reward_model_weight: float = Field(1.0, gt=0, le=1e6)
+    """Scale of the reward model's score in the training reward."""
+    reward_model_only: bool = False
+    """Train on the reward model's score alone (no verifier or task.reward term)."""
     prompt_template: str | None = Field(None, min_length=1, max_length=10_000)
     """Wrap each prompt in words of your own: a Python format string. Arithmetic offers {a} and
     {b} (the operands as the prompt writes them: "What is {a}+{b}? Answer with the number
@@ -181,13 +189,17 @@ class TaskConfig(_Section):
 
     @model_validator(mode="after")
     def _fields_agree(self) -> TaskConfig:
+        if self.reward_model_only and self.reward_model is None:
+            raise FieldConflict(
+                ("reward_model_only", "reward_model"), "reward_model_only needs a reward_model"
+            )
         if self.prompt_template is not None:
             names = template_fields(self.prompt_template)
             unknown = names - {"a", "b"}
             if self.kind == "arithmetic" and unknown:
                 raise FieldConflict(
                     ("prompt_template", "kind"),
-                    "arithmetic prompts offer {{a}} and {{b}}, not "
+                    "arithmetic prompts offer {a} and {b}, not "
                     + ", ".join("{" + name + "}" for name in sorted(unknown)),
                 )
         if self.kind != "arithmetic" and self.path is None:

@@ -4,7 +4,9 @@ sync, one seed against another), from the files every run writes.
 - learning.png: reward (mean over the last SMOOTH steps) and held-out accuracy, against step and
   against RL wall time (seconds since RL started, warm start excluded);
 - staleness.png: how many trained groups had each staleness (RUN_DIR/trained.jsonl);
-- roles.png: busy and idle seconds of every worker (RUN_DIR/timers/; for async runs).
+- roles.png: busy and idle seconds of every worker (RUN_DIR/timers/);
+- timeline.png: when each worker was busy, against seconds since the run's first busy span
+  (async runs overlap their roles; a sync run's roles take turns).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from matplotlib.figure import Figure  # the object API: files only, no display o
 from llamarl.errors import ConfigError
 
 SMOOTH = 10
+FIGURES = ("learning.png", "staleness.png", "roles.png", "timeline.png")
 
 
 def _rolling_mean(values: list[float]) -> list[float]:
@@ -106,6 +109,24 @@ def _roles(runs: list[Run], out: Path) -> None:
     figure.savefig(out / "roles.png")
 
 
+def _timeline(runs: list[Run], out: Path) -> None:
+    rows: list[tuple[str, list[tuple[float, float]]]] = []
+    for run in runs:
+        spans = {worker: timer.get("busy_spans", []) for worker, timer in run.timers.items()}
+        origin = min((s[0][0] for s in spans.values() if s), default=0.0)
+        for worker, busy in spans.items():
+            rows.append((f"{run.name}: {worker}", [(a - origin, b - a) for a, b in busy]))
+    figure = Figure(figsize=(11, 1 + 0.5 * max(len(rows), 1)))
+    axis = figure.subplots()
+    for row, (_, bars) in enumerate(rows):
+        axis.broken_barh(bars, (row - 0.4, 0.8))
+    axis.set_yticks(range(len(rows)), [label for label, _ in rows])
+    axis.set_xlabel("seconds since the run's first busy span")
+    axis.invert_yaxis()
+    figure.tight_layout()
+    figure.savefig(out / "timeline.png")
+
+
 def plot(run_dirs: list[Path], out: Path) -> list[Path]:
     """Write the figures of these runs into `out`; the files written."""
     runs = [load_run(run_dir) for run_dir in run_dirs]
@@ -113,4 +134,5 @@ def plot(run_dirs: list[Path], out: Path) -> list[Path]:
     _learning(runs, out)
     _staleness(runs, out)
     _roles(runs, out)
-    return [out / name for name in ("learning.png", "staleness.png", "roles.png")]
+    _timeline(runs, out)
+    return [out / name for name in FIGURES]

@@ -15,7 +15,7 @@ from llamarl.engine.grouped import TrainGroup
 from llamarl.engine.model import Policy
 from llamarl.engine.sampling import SampleBatch
 from llamarl.protocol import RolloutGroup, ScoredGroup, TypedArray
-from llamarl.rewards.verifiers import Verifier
+from llamarl.rewards.scorers import GroupScorer
 from llamarl.tasks import Example
 
 
@@ -71,10 +71,9 @@ def pack_groups(
     return groups
 
 
-def score_group(group: RolloutGroup, verifier: Verifier, scorer: str) -> ScoredGroup:
-    texts = group.completions.data.decode("utf-8", "replace").split("\0")
-    rewards = np.array([verifier(text, group.answer) for text in texts], dtype=np.float32)
-    return ScoredGroup(group=group, rewards=TypedArray.from_numpy(rewards), scorer=scorer)
+def score_group(group: RolloutGroup, scorer: GroupScorer) -> ScoredGroup:
+    rewards = scorer.score(group)
+    return ScoredGroup(group=group, rewards=TypedArray.from_numpy(rewards), scorer=scorer.name)
 
 
 def oldest_version(group: RolloutGroup) -> int:

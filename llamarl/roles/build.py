@@ -25,6 +25,8 @@ from llamarl.limits import Rejections
 from llamarl.net import BrokerEndpoints
 from llamarl.rewards import make_verifier
 from llamarl.rewards.custom import load_reward
+from llamarl.rewards.reward_model import RewardModelScorer
+from llamarl.rewards.scorers import FunctionScorer, GroupScorer
 from llamarl.roles.generator import Generator
 from llamarl.roles.reward import RewardScorer
 from llamarl.roles.runtime import RoleRuntime
@@ -109,12 +111,21 @@ def generator(
 
 
 def reward(runtime: RoleRuntime) -> RewardScorer:
-    """The scorer with the task's verifier, or the user's own function (`task.reward`)."""
-    custom = runtime.config.task.reward
-    if custom is not None:
-        return RewardScorer(runtime, load_reward(custom), custom)
-    name = runtime.config.task.verifier
-    return RewardScorer(runtime, make_verifier(name), name)
+    """The scorer with the task's verifier or the user's own function (`task.reward`), and the
+    reward model (`task.reward_model`) when there is one."""
+    task = runtime.config.task
+    if task.reward is not None:
+        scorer: GroupScorer = FunctionScorer(load_reward(task.reward), task.reward)
+    else:
+        scorer = FunctionScorer(make_verifier(task.verifier), task.verifier)
+    if task.reward_model is not None:
+        with runtime.keep_alive("loading reward model"):
+            scorer = RewardModelScorer(
+                task.reward_model,
+                task.reward_model_weight,
+                None if task.reward_model_only else scorer,
+            )
+    return RewardScorer(runtime, scorer)
 
 
 def trainer(runtime: RoleRuntime, publisher: WeightPublisher | None = None) -> Trainer:

@@ -149,7 +149,8 @@ class Generator:
         tickets = self.claim() if self.policy_version >= 0 else []
         runtime.add_time("claim_s", started)
         if tickets:
-            self.generate(tickets)
+            with runtime.keep_alive("running", beat_now=False):  # an LLM's batch can be long
+                self.generate(tickets)
         runtime.timer.idle()
         return bool(tickets)
 

@@ -1,9 +1,10 @@
-"""The reward scorer: takes rollout groups off the work queue, scores them with the task's
-verifier and passes them on to the trainer."""
+"""The reward role: takes rollout groups off the work queue, scores them (the task's verifier,
+the user's reward function or a reward model: a `GroupScorer`) and passes them on to the
+trainer."""
 
 from __future__ import annotations
 
-from llamarl.rewards.verifiers import Verifier
+from llamarl.rewards.scorers import GroupScorer
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.rollouts import score_group
 from llamarl.topics import ROLLOUTS, SCORED
@@ -13,10 +14,9 @@ MAX_BATCH = 64  # groups scored between two looks at the control topic
 
 
 class RewardScorer:
-    def __init__(self, runtime: RoleRuntime, verifier: Verifier, verifier_name: str) -> None:
+    def __init__(self, runtime: RoleRuntime, scorer: GroupScorer) -> None:
         self.runtime = runtime
-        self.verifier = verifier
-        self.verifier_name = verifier_name
+        self.scorer = scorer
         config = runtime.config
         credit = config.broker.consumer_credit or config.generation.prompts_per_batch
         self.rollouts = runtime.bus.consume(ROLLOUTS, credit=credit)
@@ -27,7 +27,7 @@ class RewardScorer:
         scored = 0
         while scored < MAX_BATCH and (envelope := self.rollouts.recv(timeout_ms)) is not None:
             runtime.timer.busy()
-            result = score_group(envelope.payload, self.verifier, self.verifier_name)
+            result = score_group(envelope.payload, self.scorer)
             runtime.bus.push(SCORED, result, envelope.policy_version)
             runtime.count("scored")
             runtime.timer.idle()

@@ -31,27 +31,46 @@ from llamarl.topics import CONTROL
 log = structlog.get_logger(__name__)
 
 
+SPAN_MERGE_S = 0.01
+"""Busy spans closer together than this are recorded as one (the timeline's resolution)."""
+
+
 @dataclass
 class BusyTimer:
     """Busy and idle seconds of a loop, from its own clock, counted from its first unit of work
-    (start-up, model loading and the trainer's warm start are not idle time)."""
+    (start-up, model loading and the trainer's warm start are not idle time), and the busy spans
+    in wall-clock time for the per-role timeline (`llamarl plot`)."""
 
     clock: Clock = time.monotonic
+    wall: Clock = time.time
     busy_s: float = 0.0
     idle_s: float = 0.0
+    spans: list[list[float]] = field(default_factory=list)
+    """[start, end] of each busy span, seconds since the epoch (comparable across processes)."""
     _mark: float | None = field(default=None, repr=False)
+    _span_start: float | None = field(default=None, repr=False)
 
     def busy(self) -> None:
         now = self.clock()
         if self._mark is not None:
             self.idle_s += now - self._mark
         self._mark = now
+        self._span_start = self.wall()
 
     def idle(self) -> None:
         now = self.clock()
         if self._mark is not None:
             self.busy_s += now - self._mark
         self._mark = now
+        if self._span_start is not None:
+            self._add_span(self._span_start, self.wall())
+            self._span_start = None
+
+    def _add_span(self, start: float, end: float) -> None:
+        if self.spans and start - self.spans[-1][1] < SPAN_MERGE_S:
+            self.spans[-1][1] = end
+        else:
+            self.spans.append([start, end])
 
 
 class RoleRuntime:
@@ -115,17 +134,22 @@ class RoleRuntime:
         self.store.heartbeat(self.worker_id, ttl_s, **self._beat_fields(status))
 
     @contextmanager
-    def keep_alive(self, status: str) -> Iterator[None]:
-        """Heartbeats with `status`, from a thread of their own, while the caller spends longer
-        than a heartbeat TTL in a phase that calls no `beat()` (warm start, evaluation); the
-        next `beat()` sets the status back."""
+    def keep_alive(self, status: str, beat_now: bool = True) -> Iterator[None]:
+        """Heartbeats with `status`, from a thread of their own, while the caller spends what may
+        be longer than a heartbeat TTL in one call (warm start, evaluation, an LLM's training step
+        or generation batch); the next `beat()` sets the status back. `beat_now=False` waits a
+        heartbeat interval before the first one (for phases that are usually short)."""
         ttl_s = self.config.workers.heartbeat_ttl_s
         done = threading.Event()
 
         def beat() -> None:
+            if not beat_now and done.wait(self.config.workers.heartbeat_s):
+                return
             while True:
-                try:
-                    self.store.heartbeat(self.worker_id, ttl_s, status=status)
+                try:  # with role and pid: a key that expired is re-created whole
+                    self.store.heartbeat(
+                        self.worker_id, ttl_s, **self._beat_fields({"status": status})
+                    )
                 except ConnectionError as err:  # the phase goes on; the next beat retries
                     log.warning("heartbeat failed", status=status, error=str(err))
                 if done.wait(self.config.workers.heartbeat_s):
@@ -166,7 +190,8 @@ class RoleRuntime:
         directory = Path(self.config.run_dir) / "timers"
         directory.mkdir(parents=True, exist_ok=True)
         record = {"role": self.role, "busy_s": self.timer.busy_s, "idle_s": self.timer.idle_s,
-                  "bus_s": self.bus.busy_s}  # fmt: skip
+                  "bus_s": self.bus.busy_s,
+                  "busy_spans": [[round(t, 3) for t in span] for span in self.timer.spans]}  # fmt: skip
         (directory / f"{self.worker_id}.json").write_text(json.dumps(record | self.counters))
 
     def close(self) -> None:

@@ -192,7 +192,8 @@ class Trainer:
         runtime.timer.busy()
         record: dict[str, Any] = {"step": self.step + 1, "policy_version": self.policy_version}
         started = runtime.clock()
-        record |= self.learner.step([train_group(item) for item in batch])
+        with runtime.keep_alive("running", beat_now=False):  # an LLM's step can outlast the TTL
+            record |= self.learner.step([train_group(item) for item in batch])
         record["train_s"] = runtime.add_time("train_s", started)
         self.step += 1
         if self.step % config.sync.every_steps == 0:
@@ -246,7 +247,7 @@ class Trainer:
             "step": self.step,
             "policy_version": self.policy_version,
             "reward_mean": record.get("reward_mean", self.last.get("reward_mean", 0.0)),
-            "held_out_accuracy": self.last.get("held_out_accuracy", self.initial_accuracy or 0.0),
+            "held_out_accuracy": self.final_accuracy or 0.0,  # the latest evaluation's
             "max_staleness": self.max_staleness_seen,
         }
 

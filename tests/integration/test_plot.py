@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -30,12 +31,24 @@ def _run(run_dir: Path, seed: int) -> Path:
 def test_plot_writes_png_figures_with_content_for_overlaid_runs(tmp_path: Path) -> None:
     runs = [_run(tmp_path / "a", 0), _run(tmp_path / "b", 1)]
     written = plot(runs, tmp_path / "plots")
-    assert [p.name for p in written] == ["learning.png", "staleness.png", "roles.png"]
+    assert [p.name for p in written] == [
+        "learning.png", "staleness.png", "roles.png", "timeline.png"
+    ]  # fmt: skip
     for path in written:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         pixels = image.imread(path)
         assert pixels.shape[0] > 200 and pixels.shape[1] > 400
         assert float(np.std(pixels)) > 0.01, f"{path.name} is blank"
+
+
+def test_a_sync_runs_roles_take_turns_on_the_timeline(tmp_path: Path) -> None:
+    run = _run(tmp_path / "sync", 0)
+    spans = {w: json.loads((run / "timers" / f"{w}.json").read_text())["busy_spans"]
+             for w in ("trainer", "generator-0", "reward-0")}  # fmt: skip
+    assert all(spans.values()), spans
+    every = sorted((start, end, worker) for worker, s in spans.items() for start, end in s)
+    for (_, end, first), (start, _, second) in zip(every, every[1:], strict=False):
+        assert start >= end - 0.002 or first == second, f"{first} and {second} overlap"
 
 
 def test_plot_of_a_directory_that_is_not_a_run_says_so(tmp_path: Path) -> None:

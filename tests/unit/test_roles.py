@@ -14,6 +14,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from llamarl import sync_run
 from llamarl.bus import MemoryHub
 from llamarl.checkpoint import TrainerState
 from llamarl.config import RunConfig, parse_config
@@ -21,10 +22,12 @@ from llamarl.errors import ConfigError
 from llamarl.export import export
 from llamarl.rewards.custom import load_reward
 from llamarl.roles import build
-from llamarl.roles.runtime import RoleRuntime
+from llamarl.roles.runtime import BusyTimer, RoleRuntime
+from llamarl.roles.trainer import Trainer
 from llamarl.roles.trainer_durability import resume
 from llamarl.store import MemoryStore
 from llamarl.sync_run import run_sync
+from tests.factories import FakeClock
 
 MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
          "max_position_embeddings": 32}  # fmt: skip
@@ -149,6 +152,29 @@ def test_keep_alive_beats_through_a_phase_longer_than_the_heartbeat_ttl(tmp_path
     runtime.close()
 
 
+def test_a_training_step_longer_than_the_ttl_brings_back_the_whole_registration(
+    tmp_path: Path,
+) -> None:
+    """A worker whose key expired between two beats (a step longer than the TTL) is re-created
+    with its role and pid by the keep-alive thread, so the monitor finds the trainer again."""
+    config = _config(tmp_path, workers={"heartbeat_s": 0.02, "heartbeat_ttl_s": 0.1})
+    store = MemoryStore()
+    hub = MemoryHub("roles")
+    runtime = RoleRuntime("trainer", config, "trainer-7", store, hub.client("t"),
+                          build.rejections_of("trainer", config, store),
+                          lambda: hub.client("t"))  # fmt: skip
+    runtime.register()
+    deadline = time.monotonic() + 10
+    while store.workers()[0].alive:  # no beat: the registration expires
+        assert time.monotonic() < deadline, "the registration never expired"
+    with runtime.keep_alive("running", beat_now=False):
+        while not store.workers()[0].alive:
+            assert time.monotonic() < deadline, "the keep-alive thread never beat"
+        fields = store.workers()[0].fields
+    assert fields["role"] == "trainer" and int(fields["pid"]) > 0, fields
+    runtime.close()
+
+
 def test_a_custom_reward_function_scores_training_and_bad_ones_are_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -166,3 +192,42 @@ def test_a_custom_reward_function_scores_training_and_bad_ones_are_refused(
         load_reward("quarter_reward:NOT_A_FUNCTION")
     with pytest.raises(ConfigError, match="task.reward"):
         _config(tmp_path, task={"reward": "not a spec"})
+
+
+def test_busy_timer_records_busy_spans_and_merges_ones_that_touch() -> None:
+    clock = FakeClock()
+    timer = BusyTimer(clock=clock, wall=clock)
+    for busy_s, idle_s in ((1.0, 0.001), (2.0, 5.0), (0.5, 0.0)):
+        timer.busy()
+        clock.advance(busy_s)
+        timer.idle()
+        clock.advance(idle_s)
+    assert timer.spans == [[1000.0, 1003.001], [1008.001, 1008.501]]
+    assert timer.busy_s == pytest.approx(3.5) and timer.idle_s == pytest.approx(5.001)
+
+
+def test_the_trainers_heartbeat_shows_its_latest_evaluation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    beats: list[dict[str, Any]] = []
+
+    class RecordingStore(MemoryStore):
+        def end_tickets(self, outcomes, heartbeat=None):  # type: ignore[no-untyped-def]
+            if heartbeat is not None:
+                beats.append(dict(heartbeat.fields))
+            return super().end_tickets(outcomes, heartbeat)
+
+    monkeypatch.setattr(sync_run, "MemoryStore", RecordingStore)
+    evaluations = iter([0.1, 0.2, 0.3, 0.4])  # a different accuracy at each evaluation
+    monkeypatch.setattr(Trainer, "held_out_accuracy", lambda self: next(evaluations))
+    trainer = {"prompts_per_step": 2, "num_steps": 5, "eval_every": 2, "sft_steps": 0}
+    summary = sync_run.run_sync(_config(tmp_path, trainer=trainer))
+    evaluated = {0: summary["initial_accuracy"]} | {
+        r["step"]: r["held_out_accuracy"]
+        for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())
+        if "held_out_accuracy" in r
+    }
+    assert [b["step"] for b in beats] == [1, 2, 3, 4, 5]
+    for beat in beats:  # a step beats before it evaluates
+        latest = max(step for step in evaluated if step < beat["step"])
+        assert beat["held_out_accuracy"] == evaluated[latest], (beat, evaluated)
