@@ -191,8 +191,13 @@ def build_parser(
 
 
 def main(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
-    """Parse and run; a config mistake is one line and exit code 2."""
-    args = parser.parse_args(argv)
+    """Parse and run; a config mistake is one line and exit code 2. Overrides may also come
+    after options (`run CONFIG --mode sync trainer.lr=1e-5`)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if not hasattr(args, "overrides") or any("=" not in item for item in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
     try:
         apply_overrides(getattr(args, "overrides", []))
         return int(args.func(args))

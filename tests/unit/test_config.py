@@ -79,6 +79,22 @@ def test_config_check_applies_overrides_and_refuses_an_unknown_one(
     )
 
 
+def test_overrides_after_options_reach_the_config_and_stray_words_are_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workers.cli import main
+
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    tiny = str(REPO / "configs" / "tiny.yaml")
+    # The misspelt override after --mode is applied (and refused) before anything starts.
+    assert main(["run", tiny, "--mode", "sync", "trainer.num_step=5"]) == 2
+    assert "trainer.num_step: Extra inputs are not permitted" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["run", tiny, "--mode", "sync", "stray"])
+    assert exited.value.code == 2
+    assert "unrecognized arguments: stray" in capsys.readouterr().err
+
+
 def _check(path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "workers.cli", "config", "check", str(path)],
