@@ -388,6 +388,19 @@ ConcreteSync = ShmSync | GlooSync | NcclSync | LocalSync
 """A `SyncConfig` with auto resolved."""
 
 
+class LoggingConfig(_Section):
+    """Where the trainer's per-step metrics go besides RUN_DIR/metrics.jsonl (always written)."""
+
+    tensorboard: bool = False
+    """Also write TensorBoard event files to RUN_DIR/tensorboard (`pip install
+    'llamarl[tensorboard]'`; view with `tensorboard --logdir RUN_DIR/tensorboard`)."""
+    wandb: Literal["off", "offline", "online"] = "off"
+    """Also log to Weights & Biases (`pip install 'llamarl[wandb]'`): offline writes
+    RUN_DIR/wandb, to upload later with `wandb sync`; online needs WANDB_API_KEY."""
+    wandb_project: str = Field("llamarl", pattern=r"^[A-Za-z0-9_.-]{1,128}$")
+    """The W&B project the run is logged under (its name is run_id)."""
+
+
 class WorkersConfig(_Section):
     num_generators: int = Field(1, ge=1, le=1024)
     """Generator processes started by `llamarl run`."""
@@ -441,6 +454,7 @@ class RunConfig(_Section):
     staleness: StalenessConfig = StalenessConfig()
     sync: SyncConfig = AutoSync()
     workers: WorkersConfig = WorkersConfig()
+    logging: LoggingConfig = LoggingConfig()
 
     @model_validator(mode="after")
     def _sections_agree(self) -> RunConfig:

@@ -9,7 +9,7 @@ from typing import Any
 
 from llamarl.engine.model import Policy
 from llamarl.engine.sampling import sample
-from llamarl.progress import Progress
+from llamarl.progress import Listener, Progress
 from llamarl.rewards.verifiers import Verifier
 from llamarl.rollouts import completion_texts
 from llamarl.tasks import Example
@@ -32,10 +32,11 @@ def evaluate(
     max_new_tokens: int,
     min_new_tokens: int = 0,
     batch_size: int = 100,
+    listener: Listener | None = None,
 ) -> Evaluation:
     correct = 0.0
     samples: list[dict[str, Any]] = []
-    progress = Progress("evaluation", len(examples), transient=True)
+    progress = Progress("evaluation", len(examples), transient=True, listener=listener)
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
         prompts = [policy.encode_prompt(e.prompt) for e in chunk]

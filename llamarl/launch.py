@@ -30,10 +30,11 @@ from llamarl.cores import CoreSplit, set_affinity
 from llamarl.curve import load_curve
 from llamarl.engine.model import check_model_path
 from llamarl.export import FINAL_MODEL
+from llamarl.metric_sinks import check_sinks
 from llamarl.monitor import progress_line
 from llamarl.rewards.custom import load_reward
 from llamarl.rewards.reward_model import check_reward_model_path
-from llamarl.roles.trainer import SAMPLES_LOG
+from llamarl.roles.trainer_durability import SAMPLES_LOG
 from llamarl.store import RedisStore, Store, without_password
 from llamarl.weightsync import check_crosses_processes
 
@@ -88,13 +89,14 @@ def worker_env(split: CoreSplit, services: dict[str, str]) -> dict[str, str]:
 def preflight(config: RunConfig, mode: str) -> None:
     """What a launch can tell is wrong before it starts anything (ConfigError naming the field):
     a model or reward-model path that is not a model directory; CURVE keys that are not there;
-    an async run on the in-process transport."""
+    a metrics sink whose package is missing; an async run on the in-process transport."""
     check_model_path(config.model)
     load_curve(config.broker.curve_keys)
     if config.task.reward is not None:
         load_reward(config.task.reward)
     if config.task.reward_model is not None:
         check_reward_model_path(config.task.reward_model)
+    check_sinks(config.logging)
     if mode == "async":
         check_crosses_processes(config.sync)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import structlog
@@ -16,6 +17,9 @@ from llamarl.limits import Clock
 log = structlog.get_logger(__name__)
 
 INTERVAL_S = 10.0
+
+Listener = Callable[[str, int, int], None]
+"""Told (label, done, total) at every update: a worker's heartbeat status follows its phase."""
 
 
 class Progress:
@@ -28,8 +32,10 @@ class Progress:
         interval_s: float = INTERVAL_S,
         clock: Clock = time.monotonic,
         transient: bool = False,
+        listener: Listener | None = None,
     ) -> None:
         """`transient`: the terminal bar is cleared when done (a phase inside another's)."""
+        self.listener = listener
         self.label = label
         self.total = total
         self.done = 0
@@ -45,6 +51,8 @@ class Progress:
 
     def update(self, amount: int = 1, **status: Any) -> None:
         self.done += amount
+        if self.listener is not None:
+            self.listener(self.label, self.done, self.total)
         if self.bar is not None:
             self.bar.update(amount)
             if status:

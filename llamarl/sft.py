@@ -10,7 +10,7 @@ import torch
 
 from llamarl.config import RunConfig
 from llamarl.engine.model import Policy, make_policy
-from llamarl.progress import Progress
+from llamarl.progress import Listener, Progress
 from llamarl.tasks import PromptSet
 
 
@@ -35,12 +35,18 @@ def sft_batch(policy: Policy, prompt_set: PromptSet, indices: range) -> dict[str
 
 
 def supervised_warm_start(
-    policy: Policy, prompt_set: PromptSet, *, steps: int, lr: float, batch_size: int
+    policy: Policy,
+    prompt_set: PromptSet,
+    *,
+    steps: int,
+    lr: float,
+    batch_size: int,
+    listener: Listener | None = None,
 ) -> list[float]:
     """Train in place for `steps` steps; returns the loss per step."""
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr)
     losses = []
-    with Progress("warm start", steps) as progress:
+    with Progress("warm start", steps, listener=listener) as progress:
         for step in range(steps):
             first = -(step + 1) * batch_size
             batch = sft_batch(policy, prompt_set, range(first, first + batch_size))
@@ -53,7 +59,9 @@ def supervised_warm_start(
     return losses
 
 
-def starting_policy(config: RunConfig, prompt_set: PromptSet) -> Policy:
+def starting_policy(
+    config: RunConfig, prompt_set: PromptSet, listener: Listener | None = None
+) -> Policy:
     """The policy RL starts from: loaded or built, then warm-started when sft_steps > 0 (seeded
     from the config, leaving the caller's RNG state as it was)."""
     policy = make_policy(config.model, config.seed)
@@ -66,5 +74,6 @@ def starting_policy(config: RunConfig, prompt_set: PromptSet) -> Policy:
                 steps=config.trainer.sft_steps,
                 lr=config.trainer.sft_lr,
                 batch_size=config.trainer.sft_batch_size,
+                listener=listener,
             )
     return policy

@@ -137,13 +137,13 @@ def trainer(runtime: RoleRuntime, publisher: WeightPublisher | None = None) -> T
     checkpoints = CheckpointStore(
         Path(config.run_dir) / "checkpoints", config.run_id, config.trainer.keep_checkpoints
     )
-    with runtime.keep_alive("starting"):  # loading a model or warm-starting can take minutes
+    with runtime.keep_alive("starting") as phase:  # loading or warm-starting can take minutes
         latest = checkpoints.latest()
         restored = checkpoints.load(latest) if latest is not None else None
         if restored is not None:
             policy, reference = restored.policy, restored.reference
         else:
-            policy, reference = starting_policy(config, prompt_set), None
+            policy, reference = starting_policy(config, prompt_set, phase.report), None
     gen = config.generation
     learner = Learner(
         policy, config.algorithm, config.trainer, gen.temperature, reference,
@@ -158,8 +158,9 @@ def trainer(runtime: RoleRuntime, publisher: WeightPublisher | None = None) -> T
     verifier = make_verifier(config.task.verifier)
 
     def held_out_evaluation() -> Evaluation:
-        with runtime.keep_alive("evaluating"):
-            return evaluate(policy, held_out, verifier, gen.max_new_tokens, gen.min_new_tokens)
+        with runtime.keep_alive("evaluating") as phase:
+            return evaluate(policy, held_out, verifier, gen.max_new_tokens, gen.min_new_tokens,
+                            listener=phase.report)  # fmt: skip
 
     checkpointer = Checkpointer(checkpoints, runtime.store, config.trainer.checkpoint_every)
     return Trainer(

@@ -73,6 +73,16 @@ class BusyTimer:
             self.spans.append([start, end])
 
 
+@dataclass
+class Phase:
+    """The status a keep-alive thread beats; a `Progress` listener (`report`) moves it on."""
+
+    status: str
+
+    def report(self, label: str, done: int, total: int) -> None:
+        self.status = f"{label} {done}/{total}"
+
+
 class RoleRuntime:
     def __init__(
         self,
@@ -134,22 +144,23 @@ class RoleRuntime:
         self.store.heartbeat(self.worker_id, ttl_s, **self._beat_fields(status))
 
     @contextmanager
-    def keep_alive(self, status: str, beat_now: bool = True) -> Iterator[None]:
+    def keep_alive(self, status: str, beat_now: bool = True) -> Iterator[Phase]:
         """Heartbeats with `status`, from a thread of their own, while the caller spends what may
         be longer than a heartbeat TTL in one call (warm start, evaluation, an LLM's training step
         or generation batch); the next `beat()` sets the status back. `beat_now=False` waits a
-        heartbeat interval before the first one (for phases that are usually short)."""
+        heartbeat interval before the first one (for phases that are usually short). The phase
+        it yields can report progress: `phase.report(label, done, total)` shows in the status."""
         ttl_s = self.config.workers.heartbeat_ttl_s
         done = threading.Event()
+        phase = Phase(status)
 
         def beat() -> None:
             if not beat_now and done.wait(self.config.workers.heartbeat_s):
                 return
             while True:
                 try:  # with role and pid: a key that expired is re-created whole
-                    self.store.heartbeat(
-                        self.worker_id, ttl_s, **self._beat_fields({"status": status})
-                    )
+                    fields = self._beat_fields({"status": phase.status})
+                    self.store.heartbeat(self.worker_id, ttl_s, **fields)
                 except ConnectionError as err:  # the phase goes on; the next beat retries
                     log.warning("heartbeat failed", status=status, error=str(err))
                 if done.wait(self.config.workers.heartbeat_s):
@@ -158,7 +169,7 @@ class RoleRuntime:
         thread = threading.Thread(target=beat, name=f"keep-alive-{status}", daemon=True)
         thread.start()
         try:
-            yield
+            yield phase
         finally:
             done.set()
             thread.join()

@@ -26,11 +26,11 @@ from llamarl.errors import ProtocolError
 from llamarl.evaluate import Evaluation
 from llamarl.export import FINAL_MODEL
 from llamarl.learner import Learner
-from llamarl.metrics import MetricsWriter
+from llamarl.metric_sinks import make_metrics
 from llamarl.protocol import Control, ScoredGroup, VersionAnnouncement
 from llamarl.roles.admission import check_scored
 from llamarl.roles.runtime import RoleRuntime
-from llamarl.roles.trainer_durability import Checkpointer, resume, rewind_logs
+from llamarl.roles.trainer_durability import SAMPLES_LOG, Checkpointer, resume, rewind_logs
 from llamarl.rollouts import oldest_version, train_group
 from llamarl.ticket_book import TicketBook
 from llamarl.topics import CONTROL, SCORED, VERSIONS
@@ -38,7 +38,6 @@ from llamarl.weightsync import Staged, WeightPublisher
 
 log = structlog.get_logger(__name__)
 POLL_MS = 20
-SAMPLES_LOG = "samples.jsonl"
 
 
 class Trainer:
@@ -69,7 +68,7 @@ class Trainer:
         self.initial_accuracy: float | None = state.counters.get("initial_accuracy")
         run_dir = Path(runtime.config.run_dir)
         self.lost = rewind_logs(run_dir, self.step)
-        self.metrics = MetricsWriter(run_dir / "metrics.jsonl")
+        self.metrics = make_metrics(runtime.config)
         self.trained_log = (run_dir / "trained.jsonl").open("a")
         self.samples_log = (run_dir / SAMPLES_LOG).open("a")
         self.buffer: list[ScoredGroup] = []

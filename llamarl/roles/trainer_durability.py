@@ -62,9 +62,14 @@ def resume(
     return policy_version, buffer
 
 
+SAMPLES_LOG = "samples.jsonl"
+"""The held-out completions shown at each evaluation, a JSON line per evaluation."""
+
+
 def rewind_logs(run_dir: Path, step: int) -> list[dict[str, Any]]:
     """Roll the trainer's logs back to `step`; the journal entries that were past it."""
     rewind(run_dir / "metrics.jsonl", step)
+    rewind(run_dir / SAMPLES_LOG, step)
     return rewind(run_dir / "trained.jsonl", step)
 
 

@@ -30,6 +30,16 @@ def test_off_a_terminal_progress_is_a_log_line_every_interval_and_one_at_the_end
     assert all(e["phase"] == "warm start" for e in logs)
 
 
+def test_a_listener_hears_every_update() -> None:
+    heard: list[tuple[str, int, int]] = []
+    with Progress(
+        "evaluation", 3, stream=io.StringIO(), listener=lambda *a: heard.append(a)
+    ) as bar:
+        bar.update(2)
+        bar.update()
+    assert heard == [("evaluation", 2, 3), ("evaluation", 3, 3)]
+
+
 def test_on_a_terminal_progress_is_a_bar_that_ends_at_n_of_n() -> None:
     terminal = Terminal()
     with capture_logs() as logs, Progress("sync steps", 4, stream=terminal) as bar:

@@ -24,7 +24,7 @@ from llamarl.rewards.custom import load_reward
 from llamarl.roles import build
 from llamarl.roles.runtime import BusyTimer, RoleRuntime
 from llamarl.roles.trainer import Trainer
-from llamarl.roles.trainer_durability import resume
+from llamarl.roles.trainer_durability import resume, rewind_logs
 from llamarl.store import MemoryStore
 from llamarl.sync_run import run_sync
 from tests.factories import FakeClock
@@ -141,12 +141,15 @@ def test_keep_alive_beats_through_a_phase_longer_than_the_heartbeat_ttl(tmp_path
                           lambda: hub.client("trainer"))  # fmt: skip
     runtime.register()
     beats: set[str] = set()
-    with runtime.keep_alive("warm-start"):
+    with runtime.keep_alive("warm-start") as phase:
         started = time.monotonic()
         while time.monotonic() - started < 3 * config.workers.heartbeat_ttl_s:  # the long phase
             (worker,) = store.workers()
             assert worker.alive and worker.fields["status"] == "warm-start"
             beats.add(worker.fields["last_seen"])
+        phase.report("warm start", 3, 10)  # what a Progress listener does
+        while store.workers()[0].fields["status"] != "warm start 3/10":
+            assert time.monotonic() - started < 10, "the status never showed the progress"
     assert len(beats) >= 3, "heartbeats came from the keep-alive thread"
     assert not [t for t in threading.enumerate() if t.name.startswith("keep-alive")]
     runtime.close()
@@ -231,3 +234,13 @@ def test_the_trainers_heartbeat_shows_its_latest_evaluation(
     for beat in beats:  # a step beats before it evaluates
         latest = max(step for step in evaluated if step < beat["step"])
         assert beat["held_out_accuracy"] == evaluated[latest], (beat, evaluated)
+
+
+def test_a_resume_rewinds_every_step_log_to_the_checkpoint(tmp_path: Path) -> None:
+    for name in ("metrics.jsonl", "trained.jsonl", "samples.jsonl"):
+        (tmp_path / name).write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, 6)))
+    lost = rewind_logs(tmp_path, 3)
+    assert [entry["step"] for entry in lost] == [4, 5]  # the journal entries past the checkpoint
+    for name in ("metrics.jsonl", "trained.jsonl", "samples.jsonl"):
+        steps = [json.loads(line)["step"] for line in (tmp_path / name).open()]
+        assert steps == [1, 2, 3], name
