@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from llamarl import bench as bench_commands
 from llamarl.config import apply_overrides, dump_config, load_config
 from llamarl.errors import ConfigError
+from llamarl.sim.command import add_parser as add_sim_parser
 
 Command = Callable[[argparse.Namespace], int]
 OVERRIDES_HELP = "section.field=value overrides, above the file and the environment"
@@ -148,6 +149,23 @@ def build_parser(
     resume.add_argument("--work-dir", default="runs/bench-resume")
     resume.add_argument("--out", help="also write the JSON here")
     resume.set_defaults(func=lambda args: bench_commands.resume(args))
+
+    profiled = bench_sub.add_parser("profile", help="per-role costs on this machine, for sim")
+    profiled.add_argument("config", help="run config YAML")
+    profiled.add_argument("--work-dir", default="runs/profile")
+    profiled.add_argument("--out", default="runs/profile/profile.json", help="the profile file")
+    profiled.set_defaults(func=lambda args: bench_commands.profile(args))
+    check = bench_sub.add_parser("sim-check", help="sim predictions against measured runs")
+    check.add_argument("--config", default="configs/tiny.yaml")
+    check.add_argument("--profile", required=True, help="from `llamarl bench profile`")
+    check.add_argument("--generators", default="1,2,3", help="the layouts: generators each")
+    check.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the layouts")
+    check.add_argument("--steps", type=int, default=120, help="RL steps of each measured run")
+    check.add_argument("--work-dir", default="runs/sim-check")
+    check.add_argument("--out", help="also write the JSON here")
+    check.set_defaults(func=lambda args: bench_commands.sim_check(args))
+
+    add_sim_parser(sub)
 
     exported = sub.add_parser("export", help="a run's model as a standalone HF model directory")
     exported.add_argument("run_dir", help="the run directory (its final model or checkpoint)")

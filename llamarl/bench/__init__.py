@@ -5,6 +5,8 @@
 - `bus`: messages through the broker against raw pyzmq in the same pattern.
 - `resume`: stale drops and redone tickets of a run whose trainer is killed, against one that is
   not.
+- `profile`: per-role costs on this machine, the input of `llamarl sim`.
+- `sim-check`: `llamarl sim`'s predictions against measured async runs of several layouts.
 Each ends with one JSON line on stdout (also written to `--out`).
 """
 
@@ -51,4 +53,20 @@ def resume(args: argparse.Namespace) -> int:
 
     seeds = [int(seed) for seed in args.seeds.split(",")]
     result = bench(Path(args.config), seeds, args.steps, args.kill_at, Path(args.work_dir))
+    return _emit(result, args)
+
+
+def profile(args: argparse.Namespace) -> int:
+    from llamarl.bench.profile import profile as run_profile
+
+    result = run_profile(Path(args.config), Path(args.work_dir), Path(args.out))
+    return _emit(result, argparse.Namespace(out=None))  # --out is the profile itself
+
+
+def sim_check(args: argparse.Namespace) -> int:
+    from llamarl.bench.sim_check import bench
+
+    generators = [int(count) for count in args.generators.split(",")]
+    result = bench(Path(args.config), Path(args.profile), generators, args.rounds, args.steps,
+                   Path(args.work_dir))  # fmt: skip
     return _emit(result, args)

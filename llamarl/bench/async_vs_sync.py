@@ -49,11 +49,12 @@ class RunResult:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     """The installed `llamarl` command (beside this interpreter), as a user runs it."""
+    return subprocess.run(_command(*args), capture_output=True, text=True, check=False)
+
+
+def _command(*args: str) -> list[str]:
     llamarl = Path(sys.executable).parent / "llamarl"
-    return subprocess.run(
-        [str(llamarl), "--log-format", "json", *args],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    return [str(llamarl), "--log-format", "json", *args]
 
 
 def warm_start(tree: dict[str, Any], work_dir: Path) -> dict[str, Any]:
@@ -72,20 +73,33 @@ def warm_start(tree: dict[str, Any], work_dir: Path) -> dict[str, Any]:
     }
 
 
-def run_once(tree: dict[str, Any], mode: str, name: str, work_dir: Path) -> RunResult:
-    run_dir = work_dir / name
+def run_variant(
+    tree: dict[str, Any], mode: str, name: str, work_dir: Path
+) -> subprocess.Popen[str]:
+    """Start `llamarl run` of the config `tree` as run `name` under `work_dir`."""
     variant = work_dir / f"{name}.yaml"
-    variant.write_text(yaml.safe_dump(tree | {"run_dir": str(run_dir), "run_id": name}))
-    done = _cli("run", str(variant), "--mode", mode)
-    if done.returncode != 0:
-        raise RuntimeError(f"{mode} run {name} failed: {done.stderr[-2000:]}")
-    summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    variant.write_text(yaml.safe_dump(tree | {"run_dir": str(work_dir / name), "run_id": name}))
+    return subprocess.Popen(_command("run", str(variant), "--mode", mode),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def collect(run_dir: Path, stdout: str) -> RunResult:
+    """A finished run's summary (its last stdout line), metrics and timers."""
+    summary: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     timers = {
         path.stem: json.loads(path.read_text())
         for path in sorted((run_dir / "timers").glob("*.json"))
     }
     return RunResult(summary, records, timers)
+
+
+def run_once(tree: dict[str, Any], mode: str, name: str, work_dir: Path) -> RunResult:
+    proc = run_variant(tree, mode, name, work_dir)
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{mode} run {name} failed: {err[-2000:]}")
+    return collect(work_dir / name, out)
 
 
 def clean_step_s(records: list[dict[str, Any]], mode: str) -> float:

@@ -1,0 +1,132 @@
+"""`llamarl bench profile CONFIG --out FILE`: what each role's work costs on this machine, for
+`llamarl sim`.
+
+For each thread count from 1 to the machine's cores, two short sync runs of the config (EOS
+banned, so every completion is max_new_tokens long): one as configured and one with twice the
+prompts per batch and per step. Their phase times give the generation cost per decode position
+(a fixed part and a part per sequence in the batch) and the training cost (a fixed part and a
+part per token). Then two 1-thread runs at once, on different cores, give each phase's co-run
+slowdown (memory bandwidth and caches shared). Scoring comes from the 1-thread run; staging and
+pulling a version of the model's size over the shared-memory transport from the weight-sync
+benchmark's rounds. Nothing here is fitted to async runs: `llamarl bench sim-check` compares
+the simulator with those.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llamarl.bench.async_vs_sync import RunResult, collect, run_once, run_variant
+from llamarl.bench.weight_sync import transport_rounds
+from llamarl.config import parse_config
+from llamarl.cores import usable_cores
+from llamarl.sim.costs import Costs, ThreadCosts
+
+PROFILE_STEPS = 12
+SYNC_ROUNDS = 5
+
+
+def profile_tree(base: dict[str, Any], threads: int, scale: int) -> dict[str, Any]:
+    """The config for one profile run: `scale` x the prompts per batch and per step, every
+    completion max_new_tokens long, a short run with evaluation only at its end."""
+    generation = dict(base.get("generation", {}))
+    trainer = dict(base.get("trainer", {}))
+    config = parse_config(base)
+    generation["min_new_tokens"] = config.generation.max_new_tokens
+    generation["prompts_per_batch"] = config.generation.prompts_per_batch * scale
+    trainer |= {"prompts_per_step": config.trainer.prompts_per_step * scale,
+                "num_steps": PROFILE_STEPS, "eval_every": PROFILE_STEPS, "sft_steps": 0,
+                "checkpoint_every": 0}  # fmt: skip
+    task = dict(base.get("task", {})) | {"num_eval": min(config.task.num_eval, 8)}
+    workers = dict(base.get("workers", {})) | {"num_cores": threads}
+    return base | {"generation": generation, "trainer": trainer, "task": task, "workers": workers}
+
+
+def phase_means(result: RunResult) -> dict[str, float]:
+    """Mean seconds per step of each sync phase and tokens per step, over the steps after the
+    first that did not evaluate."""
+    kept = [r for r in result.records[1:] if "eval_s" not in r]
+    return {key: statistics.mean(r[key] for r in kept)
+            for key in ("generate_s", "score_s", "train_s", "num_tokens")}  # fmt: skip
+
+
+def fit(small: dict[str, float], large: dict[str, float], base: dict[str, Any]) -> ThreadCosts:
+    """Solve the two-point cost lines (clamped at zero) from a run and its double."""
+    config = parse_config(base)
+    length = config.generation.max_new_tokens
+    batches = config.trainer.prompts_per_step / config.generation.prompts_per_batch
+    sequences = config.generation.prompts_per_batch * config.generation.num_samples
+    per_position = [m["generate_s"] / batches / length for m in (small, large)]
+    per_seq = max(0.0, (per_position[1] - per_position[0]) / sequences)
+    fixed = max(0.0, per_position[0] - per_seq * sequences)
+    tokens = [small["num_tokens"], large["num_tokens"]]
+    per_token = max(0.0, (large["train_s"] - small["train_s"]) / (tokens[1] - tokens[0]))
+    return ThreadCosts(decode_s=fixed, decode_s_per_seq=per_seq,
+                       train_s=max(0.0, small["train_s"] - per_token * tokens[0]),
+                       train_s_per_token=per_token)  # fmt: skip
+
+
+def corun(tree: dict[str, Any], work_dir: Path, alone: dict[str, float]) -> dict[str, float]:
+    """Each phase's time with a second identical run going at once / its time alone."""
+    names = ["corun-a", "corun-b"]
+    procs: list[subprocess.Popen[str]] = [
+        run_variant(tree, "sync", name, work_dir) for name in names
+    ]
+    for proc, name in zip(procs, names, strict=True):
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"co-run {name} failed: {err[-2000:]}")
+    together = [phase_means(collect(work_dir / name, out)) for name in names]
+    return {
+        role: max(1.0, statistics.mean(m[key] for m in together) / alone[key])
+        for role, key in (("generate", "generate_s"), ("train", "train_s"))
+    }
+
+
+def model_bytes(tree: dict[str, Any]) -> int:
+    from llamarl.engine.model import make_policy
+
+    config = parse_config(tree)
+    policy = make_policy(config.model, config.seed)
+    return sum(p.numel() * p.element_size() for p in policy.model.parameters())
+
+
+def profile(config_path: Path, work_dir: Path, out: Path) -> dict[str, Any]:
+    work_dir.mkdir(parents=True, exist_ok=True)
+    base = yaml.safe_load(config_path.read_text())
+    cores = usable_cores()
+    threads: dict[int, ThreadCosts] = {}
+    measured: dict[str, Any] = {}
+    for count in range(1, cores + 1):
+        runs = [phase_means(run_once(profile_tree(base, count, scale), "sync",
+                                     f"t{count}-x{scale}", work_dir))
+                for scale in (1, 2)]  # fmt: skip
+        measured[str(count)] = runs
+        threads[count] = fit(runs[0], runs[1], base)
+        print(f"profile {count} thread(s): {threads[count]}", file=sys.stderr, flush=True)
+    one = measured["1"][0]
+    slowdown = corun(profile_tree(base, 1, 1), work_dir, one) if cores > 1 else {}
+    size = model_bytes(base)
+    rounds = transport_rounds("shm", "auto", size, 1, SYNC_ROUNDS, 16.0)
+    config = parse_config(base)
+    samples = config.trainer.prompts_per_step * config.generation.num_samples
+    costs = Costs(
+        threads=threads,
+        score_s_per_group=one["score_s"] / config.trainer.prompts_per_step,
+        stage_s=statistics.median(rounds["stage_s"]),
+        pull_s=statistics.median(rounds["pull_s"]),
+        prompt_tokens=one["num_tokens"] / samples - config.generation.max_new_tokens,
+        corun_slowdown=slowdown,
+        cores=cores,
+    )
+    extra = {"config": str(config_path), "model_bytes": size, "phase_means": measured,
+             "host": os.uname().nodename}  # fmt: skip
+    costs.save(out, extra)
+    return {"profile": str(out), **extra, "costs": yaml.safe_load(out.read_text())}

@@ -1,0 +1,85 @@
+"""`llamarl bench sim-check`: `llamarl sim`'s predictions against measured async runs.
+
+One layout per generator count (`--generators`, default 1,2,3; the config's other settings
+kept, threads as `llamarl run` splits the cores), measured in interleaved rounds (1, 2, 3, 1, 2,
+3, ...). Each run starts from the config without its warm start (timing does not depend on what
+the model knows: EOS is banned, every completion is max_new_tokens long) and evaluates only at
+its end. Per layout: measured seconds per step and each role's idle fraction (median, min-max
+over rounds) next to the simulator's, the error of each, and which layout each says is fastest;
+`llamarl sim --sweep`'s best layout among these is the recommendation the runs check.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llamarl.bench.async_vs_sync import clean_step_s, role_times, run_once
+from llamarl.bench.stats import spread
+from llamarl.config import parse_config
+from llamarl.sim.costs import Costs
+from llamarl.sim.predict import layout_of, lengths_of
+from llamarl.sim.rl import simulate_async
+
+ROLES = ("generator", "trainer")
+
+
+def layout_tree(base: dict[str, Any], generators: int, steps: int) -> dict[str, Any]:
+    config = parse_config(base)
+    generation = dict(base.get("generation", {})) | {
+        "min_new_tokens": config.generation.max_new_tokens
+    }
+    trainer = dict(base.get("trainer", {})) | {"num_steps": steps, "eval_every": steps,
+                                               "sft_steps": 0, "checkpoint_every": 0}  # fmt: skip
+    task = dict(base.get("task", {})) | {"num_eval": min(config.task.num_eval, 8)}
+    workers = dict(base.get("workers", {})) | {"num_generators": generators}
+    return base | {"generation": generation, "trainer": trainer, "task": task, "workers": workers}
+
+
+def error(predicted: float, measured: float) -> float:
+    return round((predicted - measured) / measured, 3) if measured else float("nan")
+
+
+def bench(config_path: Path, profile: Path, generators: list[int], rounds: int, steps: int,
+          work_dir: Path) -> dict[str, Any]:  # fmt: skip
+    work_dir.mkdir(parents=True, exist_ok=True)
+    base = yaml.safe_load(config_path.read_text())
+    costs = Costs.load(profile)
+    measured: dict[int, list[dict[str, Any]]] = {count: [] for count in generators}
+    for round_index in range(rounds):
+        for count in generators:
+            tree = layout_tree(base, count, steps)
+            result = run_once(tree, "async", f"g{count}-r{round_index}", work_dir)
+            roles = role_times(result, "async", len(result.records))
+            row = {"s_per_step": clean_step_s(result.records, "async")}
+            row |= {f"{role}_idle": roles[role]["idle_fraction"] for role in ROLES}
+            measured[count].append(row)
+            print(f"sim-check {count} generator(s) round {round_index}: {row}", file=sys.stderr,
+                  flush=True)  # fmt: skip
+    layouts = []
+    for count in generators:
+        config = parse_config(layout_tree(base, count, steps))
+        layout = layout_of(config, config.workers.num_cores or costs.cores)
+        predicted = simulate_async(layout, costs, lengths_of(config, None, 0.0), steps)
+        rows = measured[count]
+        entry: dict[str, Any] = {"generators": count, "layout": layout.describe(),
+                                 "predicted_s_per_step": round(predicted.s_per_step, 4),
+                                 "measured_s_per_step": spread([r["s_per_step"] for r in rows], 4)}  # fmt: skip
+        entry["step_error"] = error(predicted.s_per_step, entry["measured_s_per_step"]["median"])
+        for role in ROLES:
+            got = spread([r[f"{role}_idle"] for r in rows])
+            entry[f"{role}_idle"] = {"predicted": round(predicted.idle_fraction[role], 3),
+                                     "measured": got,
+                                     "difference": round(predicted.idle_fraction[role] - got["median"], 3)}  # fmt: skip
+        layouts.append(entry)
+    fastest_predicted = min(layouts, key=lambda e: e["predicted_s_per_step"])["generators"]
+    fastest_measured = min(layouts, key=lambda e: e["measured_s_per_step"]["median"])["generators"]
+    return {"config": str(config_path), "profile": str(profile), "steps": steps,
+            "rounds": rounds, "layouts": layouts,
+            "max_step_error": max(abs(e["step_error"]) for e in layouts),
+            "max_idle_difference": max(abs(e[f"{r}_idle"]["difference"]) for e in layouts for r in ROLES),
+            "fastest_predicted": fastest_predicted, "fastest_measured": fastest_measured,
+            "recommendation_confirmed": fastest_predicted == fastest_measured}  # fmt: skip

@@ -1,0 +1,83 @@
+"""What `llamarl sim` answers: the layout a config describes, its sync and async predictions, and
+the sweep over core splits and staleness bounds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llamarl.config import RunConfig
+from llamarl.cores import split_cores
+from llamarl.sim.costs import Costs, Lengths
+from llamarl.sim.rl import Layout, simulate_async, simulate_sync, speedup
+
+SWEEP_STALENESS = (0, 1, 2, 4)
+
+
+def layout_of(config: RunConfig, cores: int) -> Layout:
+    """The layout `llamarl run` would start for `config` on `cores` cores: one thread a process
+    when they do not fit, else the split by work share (or the config's thread counts)."""
+    workers, generators = config.workers, config.workers.num_generators
+    trainer, generator = 1, 1
+    if cores > generators + 1:
+        trainer, generator = split_cores(cores, generators, 0.5)
+    return Layout(
+        cores=cores,
+        num_generators=generators,
+        generator_threads=workers.generator_threads or generator,
+        trainer_threads=workers.trainer_threads or trainer,
+        num_reward=workers.num_reward,
+        max_staleness=config.staleness.max_staleness,
+        prompts_per_step=config.trainer.prompts_per_step,
+        prompts_per_batch=config.generation.prompts_per_batch,
+        num_samples=config.generation.num_samples,
+    )
+
+
+def lengths_of(config: RunConfig, median: float | None, sigma: float) -> Lengths:
+    """Completion lengths: every one max_new_tokens long when EOS is banned before the last
+    position, else log-normal with the given median (default max_new_tokens) and sigma."""
+    longest = config.generation.max_new_tokens
+    if config.generation.min_new_tokens >= longest - 1:
+        return Lengths(longest, longest)
+    return Lengths(longest, median or longest, sigma)
+
+
+def predict(layout: Layout, costs: Costs, lengths: Lengths, steps: int) -> dict[str, Any]:
+    sync = simulate_sync(layout, costs, lengths, steps)
+    asynchronous = simulate_async(layout, costs, lengths, steps)
+    return {"layout": layout.__dict__, "sync": sync.as_dict(), "async": asynchronous.as_dict(),
+            "speedup": round(speedup(sync, asynchronous), 3)}  # fmt: skip
+
+
+def candidates(base: Layout, cores: int) -> list[Layout]:
+    """Every split of `cores` between the trainer and 1..cores+1 generators (threads a process
+    at least one; more processes than cores share them), at each staleness bound."""
+    layouts = []
+    for generators in range(1, cores + 2):
+        for trainer in range(1, max(1, cores - generators) + 1):
+            for per_generator in range(1, max(1, (cores - trainer) // generators) + 1):
+                for bound in SWEEP_STALENESS:
+                    layouts.append(Layout(
+                        cores=cores, num_generators=generators, generator_threads=per_generator,
+                        trainer_threads=trainer, num_reward=base.num_reward, max_staleness=bound,
+                        prompts_per_step=base.prompts_per_step,
+                        prompts_per_batch=base.prompts_per_batch, num_samples=base.num_samples,
+                    ))  # fmt: skip
+    return layouts
+
+
+def sweep(base: Layout, costs: Costs, lengths: Lengths, steps: int, cores: int) -> dict[str, Any]:
+    """Async s/step of every candidate layout, fastest first, against the sync run."""
+    rows = []
+    for layout in candidates(base, cores):
+        predicted = simulate_async(layout, costs, lengths, steps)
+        rows.append({"num_generators": layout.num_generators,
+                     "generator_threads": layout.generator_threads,
+                     "trainer_threads": layout.trainer_threads,
+                     "max_staleness": layout.max_staleness,
+                     "s_per_step": round(predicted.s_per_step, 4)})  # fmt: skip
+    rows.sort(key=lambda r: (r["s_per_step"], r["max_staleness"], r["num_generators"]))
+    sync = simulate_sync(base, costs, lengths, steps).s_per_step
+    best = rows[0]
+    return {"cores": cores, "sync_s_per_step": round(sync, 4), "best": best,
+            "best_speedup": round(sync / best["s_per_step"], 3), "layouts": rows}  # fmt: skip

@@ -1,0 +1,131 @@
+"""The simulator against cases worked out by hand: fixed durations, where a sync step is the sum
+of its phases and an async step the slower role plus its weight-sync cost, and the staleness
+bound, which no simulated group may exceed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llamarl.bench.profile import fit
+from llamarl.sim.costs import Costs, Lengths, ThreadCosts
+from llamarl.sim.cpu import Cpu
+from llamarl.sim.predict import predict
+from llamarl.sim.rl import Layout, simulate_async, simulate_sync
+
+LENGTH = 10
+FIXED = Lengths(longest=LENGTH, median=LENGTH)
+
+
+def costs(decode_s: float, train_s: float, score_s: float = 0.01, stage_s: float = 0.02,
+          pull_s: float = 0.03, corun: float = 1.0) -> Costs:  # fmt: skip
+    """Durations that do not depend on the batch or the tokens: each phase takes a fixed time."""
+    at = ThreadCosts(
+        decode_s=decode_s, decode_s_per_seq=0.0, train_s=train_s, train_s_per_token=0.0
+    )
+    return Costs(threads={1: at, 2: at}, score_s_per_group=score_s, stage_s=stage_s,
+                 pull_s=pull_s, prompt_tokens=5.0,
+                 corun_slowdown={"generate": corun, "train": corun}, cores=8)  # fmt: skip
+
+
+def layout(max_staleness: int = 1, generators: int = 1, cores: int = 8) -> Layout:
+    return Layout(cores=cores, num_generators=generators, generator_threads=1,
+                  trainer_threads=1, num_reward=1, max_staleness=max_staleness,
+                  prompts_per_step=4, prompts_per_batch=2, num_samples=8)  # fmt: skip
+
+
+def test_a_sync_step_is_generation_plus_scoring_plus_training() -> None:
+    cost = costs(decode_s=0.01, train_s=0.5)
+    predicted = simulate_sync(layout(), cost, FIXED, steps=20)
+    generate = 2 * LENGTH * 0.01  # two batches of two prompts
+    assert predicted.s_per_step == pytest.approx(generate + 4 * 0.01 + 0.5)
+    assert predicted.staleness == {0: 80}
+
+
+@pytest.mark.parametrize(("decode_s", "train_s"), [(0.05, 0.3), (0.01, 0.7)])
+def test_an_async_step_is_the_slower_role_plus_its_weight_sync(
+    decode_s: float, train_s: float
+) -> None:
+    cost = costs(decode_s=decode_s, train_s=train_s)
+    predicted = simulate_async(layout(), cost, FIXED, steps=40)
+    generator = 2 * LENGTH * decode_s + cost.pull_s  # two batches, one new version a step
+    trainer = train_s + cost.stage_s
+    assert predicted.s_per_step == pytest.approx(max(generator, trainer), rel=1e-6)
+    slower = "generator" if generator > trainer else "trainer"
+    assert predicted.idle_fraction[slower] < 0.02
+    other = "trainer" if slower == "generator" else "generator"
+    assert predicted.idle_fraction[other] == pytest.approx(
+        1 - min(generator, trainer) / max(generator, trainer), abs=0.02
+    )
+
+
+def test_without_lag_async_takes_turns_like_sync_plus_its_sync_costs() -> None:
+    cost = costs(decode_s=0.02, train_s=0.4)
+    predicted = simulate_async(layout(max_staleness=0), cost, FIXED, steps=30)
+    # The step's tickets open when the last step is trained: pull, two batches, the last
+    # batch's two groups scored, then train and stage.
+    turn = cost.pull_s + 2 * LENGTH * 0.02 + 2 * 0.01 + 0.4 + cost.stage_s
+    assert predicted.s_per_step == pytest.approx(turn, rel=1e-6)
+    assert predicted.staleness == {0: 120}
+
+
+@pytest.mark.parametrize("max_staleness", [0, 1, 3])
+@pytest.mark.parametrize("generators", [1, 2, 4])
+def test_no_group_is_trained_staler_than_the_bound(max_staleness: int, generators: int) -> None:
+    cost = costs(decode_s=0.01, train_s=0.1, corun=1.2)
+    tail = Lengths(longest=64, median=12, sigma=1.0)
+    predicted = simulate_async(layout(max_staleness, generators, cores=2), cost, tail, steps=60)
+    assert max(predicted.staleness) <= max_staleness
+    assert sum(predicted.staleness.values()) == 60 * 4, "every step trained a full batch"
+
+
+def test_busy_processes_beyond_the_cores_share_them() -> None:
+    cpu = Cpu(cores=1, corun_slowdown={"generate": 1.5})
+    finished: list[tuple[str, float]] = []
+    cpu.start("a", "train", 1, 1.0, lambda: finished.append(("a", cpu.now)))
+    cpu.start("b", "generate", 1, 0.5, lambda: finished.append(("b", cpu.now)))
+    while cpu.advance():
+        pass
+    # Together each gets half the core; b also pays its co-run slowdown (1.5): b's 0.5 s of
+    # work takes 0.5 * 2 * 1.5 = 1.5 s, in which a did 0.75 s of its 1.0; a finishes alone.
+    assert finished == [("b", pytest.approx(1.5)), ("a", pytest.approx(1.75))]
+
+
+def test_the_profile_solves_its_cost_lines_from_a_run_and_its_double() -> None:
+    base = {"generation": {"num_samples": 4, "max_new_tokens": 10, "prompts_per_batch": 2},
+            "trainer": {"prompts_per_step": 4}}  # fmt: skip
+    truth = ThreadCosts(decode_s=0.002, decode_s_per_seq=0.0005, train_s=0.1,
+                        train_s_per_token=0.001)  # fmt: skip
+    runs = []
+    for scale in (1, 2):  # two batches a step of 8, then of 16 sequences; 200 then 400 tokens
+        batches, sequences, tokens = 2, 8 * scale, 200 * scale
+        runs.append({"generate_s": batches * truth.generate_s(sequences, 10),
+                     "train_s": truth.step_train_s(tokens), "score_s": 0.0, "num_tokens": tokens})  # fmt: skip
+    solved = fit(runs[0], runs[1], base)
+    for name in ("decode_s", "decode_s_per_seq", "train_s", "train_s_per_token"):
+        assert getattr(solved, name) == pytest.approx(getattr(truth, name)), name
+
+
+def test_sim_refuses_a_missing_or_malformed_profile_in_one_line(tmp_path: Path) -> None:
+    tiny = str(Path(__file__).parents[2] / "configs" / "tiny.yaml")
+    for extra, message in (([], "--profile: give the file"),
+                           (["--profile", tiny], "not a profile")):  # fmt: skip
+        done = subprocess.run([sys.executable, "-m", "workers.cli", "sim", tiny, *extra],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_a_saved_profile_loads_back_and_predicts_both_modes(tmp_path: Path) -> None:
+    cost = costs(decode_s=0.01, train_s=0.3)
+    cost.save(tmp_path / "profile.json", {"config": "x"})
+    loaded = Costs.load(tmp_path / "profile.json")
+    assert loaded == cost
+    result = predict(layout(), loaded, FIXED, steps=30)
+    assert result["sync"]["s_per_step"] > result["async"]["s_per_step"] > 0
+    assert result["speedup"] == pytest.approx(
+        result["sync"]["s_per_step"] / result["async"]["s_per_step"], rel=1e-2
+    )
