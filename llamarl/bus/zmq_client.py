@@ -141,6 +141,8 @@ def query_broker_stats(
         if not sock.poll(int(timeout_s * 1000)):
             raise TimeoutError(f"broker at {endpoints} did not answer within {timeout_s}s")
         frames = sock.recv_multipart()
+        if len(frames) != 2 or frames[0] != b"STATS":  # something else on that port
+            raise TimeoutError(f"{endpoints.work_out} answered, but not as a broker answers STATS")
         return dict(msgpack.unpackb(frames[1], raw=False))
     finally:
         sock.close(linger=0)

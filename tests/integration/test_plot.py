@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from matplotlib import image
 from llamarl.config import parse_config
 from llamarl.errors import ConfigError
 from llamarl.plot import plot
+from llamarl.roles.runtime import SPAN_MERGE_S
 from llamarl.sync_run import run_sync
 
 MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
@@ -46,9 +48,13 @@ def test_a_sync_runs_roles_take_turns_on_the_timeline(tmp_path: Path) -> None:
     spans = {w: json.loads((run / "timers" / f"{w}.json").read_text())["busy_spans"]
              for w in ("trainer", "generator-0", "reward-0")}  # fmt: skip
     assert all(spans.values()), spans
-    every = sorted((start, end, worker) for worker, s in spans.items() for start, end in s)
-    for (_, end, first), (start, _, second) in zip(every, every[1:], strict=False):
-        assert start >= end - 0.002 or first == second, f"{first} and {second} overlap"
+    # One process runs the roles in turn. A worker's spans closer than SPAN_MERGE_S are merged,
+    # so another's short span in such a gap may lie inside it: no more than that gap overlaps.
+    for first, second in itertools.combinations(spans, 2):
+        for a_start, a_end in spans[first]:
+            for b_start, b_end in spans[second]:
+                overlap = min(a_end, b_end) - max(a_start, b_start)
+                assert overlap <= SPAN_MERGE_S + 0.002, f"{first} and {second} overlap {overlap}"
 
 
 def test_plot_of_a_directory_that_is_not_a_run_says_so(tmp_path: Path) -> None:
