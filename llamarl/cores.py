@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -69,8 +71,10 @@ def split_cores(num_cores: int, num_generators: int, trainer_share: float) -> tu
     return trainer, max(1, (num_cores - trainer) // num_generators)
 
 
-def measure_trainer_share(config: RunConfig) -> float:
-    """Training's share of one step's work at one thread (launch-time calibration)."""
+def work_probes(config: RunConfig) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """(generate, train): one generation batch of `probe` decode positions and one training
+    step on full-length completions (a step's cost depends on shapes alone), as the roles run
+    them, at the caller's threads."""
     from llamarl.engine.grouped import TrainGroup
     from llamarl.engine.model import make_policy
     from llamarl.engine.sampling import sample
@@ -78,35 +82,47 @@ def measure_trainer_share(config: RunConfig) -> float:
     from llamarl.tasks import make_prompt_set
 
     gen = config.generation
+    policy = make_policy(config.model, config.seed)
+    prompt_set = make_prompt_set(config.task, config.seed)
+    examples = [prompt_set.train_item(i) for i in range(gen.prompts_per_batch)]
+    prompts = [policy.encode_prompt(e.prompt) for e in examples]
+    probe = min(PROBE_TOKENS, gen.max_new_tokens)
+
+    def generate() -> Any:
+        return sample(policy, prompts, num_samples=gen.num_samples, max_new_tokens=probe,
+                      min_new_tokens=probe)  # fmt: skip
+
+    batch = generate()
+    repeats = -(-gen.max_new_tokens // probe)
+    completions = batch.completion_ids.repeat(1, repeats)[:, : gen.max_new_tokens]
+    rows = gen.num_samples
+    groups = [
+        TrainGroup(
+            prompt_ids=torch.tensor(prompt),
+            completion_ids=completions[g * rows : (g + 1) * rows],
+            completion_mask=torch.ones_like(completions[:rows]),
+            behaviour_logprobs=torch.zeros(completions[:rows].shape),
+            rewards=torch.arange(rows, dtype=torch.float32),
+        )
+        for g, prompt in enumerate(prompts)
+    ]
+    learner = Learner(policy, config.algorithm, config.trainer, gen.temperature)
+    return generate, lambda: learner.step(groups)
+
+
+def measure_trainer_share(config: RunConfig) -> float:
+    """Training's share of one step's work at one thread (launch-time calibration)."""
+    gen = config.generation
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        policy = make_policy(config.model, config.seed)
-        prompt_set = make_prompt_set(config.task, config.seed)
-        examples = [prompt_set.train_item(i) for i in range(gen.prompts_per_batch)]
-        prompts = [policy.encode_prompt(e.prompt) for e in examples]
+        generate, train = work_probes(config)
+        started = time.perf_counter()
+        generate()
         probe = min(PROBE_TOKENS, gen.max_new_tokens)
-        started = time.perf_counter()
-        batch = sample(policy, prompts, num_samples=gen.num_samples, max_new_tokens=probe,
-                       min_new_tokens=probe)  # fmt: skip
         generate_s = (time.perf_counter() - started) * gen.max_new_tokens / probe
-        # A training step's cost depends on shapes alone: train on full-length completions.
-        repeats = -(-gen.max_new_tokens // probe)
-        completions = batch.completion_ids.repeat(1, repeats)[:, : gen.max_new_tokens]
-        rows = gen.num_samples
-        groups = [
-            TrainGroup(
-                prompt_ids=torch.tensor(prompt),
-                completion_ids=completions[g * rows : (g + 1) * rows],
-                completion_mask=torch.ones_like(completions[:rows]),
-                behaviour_logprobs=torch.zeros(completions[:rows].shape),
-                rewards=torch.arange(rows, dtype=torch.float32),
-            )
-            for g, prompt in enumerate(prompts)
-        ]
-        learner = Learner(policy, config.algorithm, config.trainer, gen.temperature)
         started = time.perf_counter()
-        learner.step(groups)
+        train()
         train_s = time.perf_counter() - started
         train_s *= config.trainer.prompts_per_step / gen.prompts_per_batch
     finally:

@@ -5,31 +5,34 @@ For each thread count from 1 to the machine's cores, two short sync runs of the 
 banned, so every completion is max_new_tokens long): one as configured and one with twice the
 prompts per batch and per step. Their phase times give the generation cost per decode position
 (a fixed part and a part per sequence in the batch) and the training cost (a fixed part and a
-part per token). Then two 1-thread runs at once, on different cores, give each phase's co-run
-slowdown (memory bandwidth and caches shared). Scoring comes from the 1-thread run; staging and
-pulling a version of the model's size over the shared-memory transport from the weight-sync
-benchmark's rounds. Nothing here is fitted to async runs: `llamarl bench sim-check` compares
-the simulator with those.
+part per token). Scoring comes from the 1-thread run; staging and pulling a version of the
+model's size over the shared-memory transport from the weight-sync benchmark's rounds. The
+co-run slowdown: a generation batch repeated on one core beside a training step repeated on
+another, against each alone. Nothing here is fitted to async runs: `llamarl bench sim-check`
+compares the simulator with those.
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import statistics
-import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
-from llamarl.bench.async_vs_sync import RunResult, collect, run_once, run_variant
+from llamarl.bench.async_vs_sync import RunResult, run_once
 from llamarl.bench.weight_sync import transport_rounds
 from llamarl.config import parse_config
-from llamarl.cores import usable_cores
+from llamarl.cores import usable_cores, work_probes
 from llamarl.sim.costs import Costs, ThreadCosts
 
 PROFILE_STEPS = 12
+CORUN_S = 8.0
 SYNC_ROUNDS = 5
 
 
@@ -73,21 +76,50 @@ def fit(small: dict[str, float], large: dict[str, float], base: dict[str, Any]) 
                        train_s_per_token=per_token)  # fmt: skip
 
 
-def corun(tree: dict[str, Any], work_dir: Path, alone: dict[str, float]) -> dict[str, float]:
-    """Each phase's time with a second identical run going at once / its time alone."""
-    names = ["corun-a", "corun-b"]
-    procs: list[subprocess.Popen[str]] = [
-        run_variant(tree, "sync", name, work_dir) for name in names
-    ]
-    for proc, name in zip(procs, names, strict=True):
-        out, err = proc.communicate()
-        if proc.returncode != 0:
-            raise RuntimeError(f"co-run {name} failed: {err[-2000:]}")
-    together = [phase_means(collect(work_dir / name, out)) for name in names]
-    return {
-        role: max(1.0, statistics.mean(m[key] for m in together) / alone[key])
-        for role, key in (("generate", "generate_s"), ("train", "train_s"))
-    }
+def _probe_loop(tree: dict[str, Any], role: str, core: int, ready: Any, go: Any, out: Any) -> None:
+    """Repeat one role's unit of work (a generation batch or a training step) on one core for
+    CORUN_S seconds once told to go; report the median seconds of one."""
+    os.sched_setaffinity(0, {core})
+    torch.set_num_threads(1)
+    generate, train = work_probes(parse_config(tree))
+    work = generate if role == "generate" else train
+    work()  # warm
+    ready.put(role)
+    go.wait()
+    times: list[float] = []
+    ends = time.perf_counter() + CORUN_S
+    while time.perf_counter() < ends:
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    out.put((role, statistics.median(times)))
+
+
+def probe_times(tree: dict[str, Any], roles: list[str]) -> dict[str, float]:
+    """Median seconds of each role's unit of work, the roles running at once on cores of their
+    own."""
+    ctx = mp.get_context("spawn")
+    ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    cores = sorted(os.sched_getaffinity(0))
+    procs = [ctx.Process(target=_probe_loop, args=(tree, role, cores[i], ready, go, out))
+             for i, role in enumerate(roles)]  # fmt: skip
+    for proc in procs:
+        proc.start()
+    for _ in roles:
+        ready.get(timeout=600)
+    go.set()
+    times = dict(out.get(timeout=600) for _ in roles)
+    for proc in procs:
+        proc.join(60)
+    return times
+
+
+def corun(tree: dict[str, Any]) -> dict[str, float]:
+    """Each role's time beside the other (generation on one core, training on another) / its
+    time alone."""
+    alone = {role: probe_times(tree, [role])[role] for role in ("generate", "train")}
+    together = probe_times(tree, ["generate", "train"])
+    return {role: max(1.0, together[role] / alone[role]) for role in alone}
 
 
 def model_bytes(tree: dict[str, Any]) -> int:
@@ -112,7 +144,7 @@ def profile(config_path: Path, work_dir: Path, out: Path) -> dict[str, Any]:
         threads[count] = fit(runs[0], runs[1], base)
         print(f"profile {count} thread(s): {threads[count]}", file=sys.stderr, flush=True)
     one = measured["1"][0]
-    slowdown = corun(profile_tree(base, 1, 1), work_dir, one) if cores > 1 else {}
+    slowdown = corun(profile_tree(base, 1, 1)) if cores > 1 else {}
     size = model_bytes(base)
     rounds = transport_rounds("shm", "auto", size, 1, SYNC_ROUNDS, 16.0)
     config = parse_config(base)

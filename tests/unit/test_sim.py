@@ -4,8 +4,6 @@ bound, which no simulated group may exceed."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -109,14 +107,17 @@ def test_the_profile_solves_its_cost_lines_from_a_run_and_its_double() -> None:
         assert getattr(solved, name) == pytest.approx(getattr(truth, name)), name
 
 
-def test_sim_refuses_a_missing_or_malformed_profile_in_one_line(tmp_path: Path) -> None:
+def test_sim_refuses_a_missing_or_malformed_profile_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from workers.cli import main
+
     tiny = str(Path(__file__).parents[2] / "configs" / "tiny.yaml")
     for extra, message in (([], "--profile: give the file"),
                            (["--profile", tiny], "not a profile")):  # fmt: skip
-        done = subprocess.run([sys.executable, "-m", "workers.cli", "sim", tiny, *extra],
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
-        assert done.returncode == 2 and message in done.stderr, done.stderr
-        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+        assert main(["sim", tiny, *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_a_saved_profile_loads_back_and_predicts_both_modes(tmp_path: Path) -> None:
