@@ -8,7 +8,9 @@ prompts per batch and per step. Their phase times give the generation cost per d
 part per token). Scoring comes from the 1-thread run; staging and pulling a version of the
 model's size over the shared-memory transport from the weight-sync benchmark's rounds. The
 co-run slowdown: a generation batch repeated on one core beside a training step repeated on
-another, against each alone. Nothing here is fitted to async runs: `llamarl bench sim-check`
+another, against each alone; and, with one process more than there are cores, how much slower
+than a fair share of the cores they run (switching and caches). The step-to-step spread of each phase in the 1-thread run (its
+coefficient of variation) lets the simulator vary durations as the machine does. Nothing here is fitted to async runs: `llamarl bench sim-check`
 compares the simulator with those.
 """
 
@@ -53,38 +55,57 @@ def profile_tree(base: dict[str, Any], threads: int, scale: int) -> dict[str, An
 
 
 def phase_means(result: RunResult) -> dict[str, float]:
-    """Mean seconds per step of each sync phase and tokens per step, over the steps after the
-    first that did not evaluate."""
+    """Mean seconds per step of each sync phase and tokens per step, and the coefficient of
+    variation of generation and training from step to step, over the steps after the first
+    that did not evaluate."""
     kept = [r for r in result.records[1:] if "eval_s" not in r]
-    return {key: statistics.mean(r[key] for r in kept)
-            for key in ("generate_s", "score_s", "train_s", "num_tokens")}  # fmt: skip
+    means = {key: statistics.mean(r[key] for r in kept)
+             for key in ("generate_s", "score_s", "train_s", "num_tokens")}  # fmt: skip
+    for key in ("generate_s", "train_s"):
+        means[f"{key}_cv"] = statistics.stdev(r[key] for r in kept) / means[key]
+    return means
+
+
+def line(x: tuple[float, float], y: tuple[float, float]) -> tuple[float, float]:
+    """(intercept, slope) through two points; where the intercept would be negative (the cost
+    grows faster than linearly), the proportional line through the first point, the
+    configured size, which the simulator then reproduces exactly."""
+    slope = (y[1] - y[0]) / (x[1] - x[0])
+    intercept = y[0] - slope * x[0]
+    if intercept < 0 or slope < 0:
+        return 0.0, y[0] / x[0]
+    return intercept, slope
 
 
 def fit(small: dict[str, float], large: dict[str, float], base: dict[str, Any]) -> ThreadCosts:
-    """Solve the two-point cost lines (clamped at zero) from a run and its double."""
+    """The cost lines through a run and its double."""
     config = parse_config(base)
     length = config.generation.max_new_tokens
     batches = config.trainer.prompts_per_step / config.generation.prompts_per_batch
     sequences = config.generation.prompts_per_batch * config.generation.num_samples
-    per_position = [m["generate_s"] / batches / length for m in (small, large)]
-    per_seq = max(0.0, (per_position[1] - per_position[0]) / sequences)
-    fixed = max(0.0, per_position[0] - per_seq * sequences)
-    tokens = [small["num_tokens"], large["num_tokens"]]
-    per_token = max(0.0, (large["train_s"] - small["train_s"]) / (tokens[1] - tokens[0]))
-    return ThreadCosts(decode_s=fixed, decode_s_per_seq=per_seq,
-                       train_s=max(0.0, small["train_s"] - per_token * tokens[0]),
+    decode_s, per_seq = line(
+        (sequences, 2 * sequences),
+        (small["generate_s"] / batches / length, large["generate_s"] / batches / length),
+    )
+    train_s, per_token = line(
+        (small["num_tokens"], large["num_tokens"]), (small["train_s"], large["train_s"])
+    )
+    return ThreadCosts(decode_s=decode_s, decode_s_per_seq=per_seq, train_s=train_s,
                        train_s_per_token=per_token)  # fmt: skip
 
 
-def _probe_loop(tree: dict[str, Any], role: str, core: int, ready: Any, go: Any, out: Any) -> None:
-    """Repeat one role's unit of work (a generation batch or a training step) on one core for
-    CORUN_S seconds once told to go; report the median seconds of one."""
-    os.sched_setaffinity(0, {core})
+def _probe_loop(tree: dict[str, Any], label: str, core: int | None, ready: Any, go: Any,
+                out: Any) -> None:  # fmt: skip
+    """Repeat one role's unit of work (a generation batch or a training step) for CORUN_S
+    seconds once told to go, on `core` (None: wherever the OS puts it); report the median
+    seconds of one."""
+    if core is not None:
+        os.sched_setaffinity(0, {core})
     torch.set_num_threads(1)
     generate, train = work_probes(parse_config(tree))
-    work = generate if role == "generate" else train
+    work = generate if label.startswith("generate") else train
     work()  # warm
-    ready.put(role)
+    ready.put(label)
     go.wait()
     times: list[float] = []
     ends = time.perf_counter() + CORUN_S
@@ -92,34 +113,43 @@ def _probe_loop(tree: dict[str, Any], role: str, core: int, ready: Any, go: Any,
         started = time.perf_counter()
         work()
         times.append(time.perf_counter() - started)
-    out.put((role, statistics.median(times)))
+    out.put((label, statistics.median(times)))
 
 
-def probe_times(tree: dict[str, Any], roles: list[str]) -> dict[str, float]:
-    """Median seconds of each role's unit of work, the roles running at once on cores of their
-    own."""
+def probe_times(tree: dict[str, Any], labels: list[str], pin: bool = True) -> dict[str, float]:
+    """Median seconds of each probe's unit of work (label "generate..." or "train..."), all at
+    once: on cores of their own (`pin`), or left to the OS scheduler."""
     ctx = mp.get_context("spawn")
     ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     cores = sorted(os.sched_getaffinity(0))
-    procs = [ctx.Process(target=_probe_loop, args=(tree, role, cores[i], ready, go, out))
-             for i, role in enumerate(roles)]  # fmt: skip
+    procs = [ctx.Process(target=_probe_loop,
+                         args=(tree, label, cores[i] if pin else None, ready, go, out))
+             for i, label in enumerate(labels)]  # fmt: skip
     for proc in procs:
         proc.start()
-    for _ in roles:
+    for _ in labels:
         ready.get(timeout=600)
     go.set()
-    times = dict(out.get(timeout=600) for _ in roles)
+    times = dict(out.get(timeout=600) for _ in labels)
     for proc in procs:
         proc.join(60)
     return times
 
 
-def corun(tree: dict[str, Any]) -> dict[str, float]:
+def corun(tree: dict[str, Any]) -> tuple[dict[str, float], float]:
     """Each role's time beside the other (generation on one core, training on another) / its
-    time alone."""
+    time alone; and the oversubscription slowdown: with one process more than there are cores
+    (a trainer and `cores` generators, left to the scheduler), how much slower each runs than
+    a fair share of the cores would make it, on average."""
     alone = {role: probe_times(tree, [role])[role] for role in ("generate", "train")}
     together = probe_times(tree, ["generate", "train"])
-    return {role: max(1.0, together[role] / alone[role]) for role in alone}
+    slowdown = {role: max(1.0, together[role] / alone[role]) for role in alone}
+    cores = len(os.sched_getaffinity(0))
+    crowd = probe_times(tree, ["train"] + [f"generate-{i}" for i in range(cores)], pin=False)
+    fair = (cores + 1) / cores
+    ratios = [crowd[label] / alone[label.split("-")[0]] / (fair * slowdown[label.split("-")[0]])
+              for label in crowd]  # fmt: skip
+    return slowdown, max(1.0, statistics.mean(ratios))
 
 
 def model_bytes(tree: dict[str, Any]) -> int:
@@ -144,7 +174,7 @@ def profile(config_path: Path, work_dir: Path, out: Path) -> dict[str, Any]:
         threads[count] = fit(runs[0], runs[1], base)
         print(f"profile {count} thread(s): {threads[count]}", file=sys.stderr, flush=True)
     one = measured["1"][0]
-    slowdown = corun(profile_tree(base, 1, 1)) if cores > 1 else {}
+    slowdown, crowded = corun(profile_tree(base, 1, 1)) if cores > 1 else ({}, 1.0)
     size = model_bytes(base)
     rounds = transport_rounds("shm", "auto", size, 1, SYNC_ROUNDS, 16.0)
     config = parse_config(base)
@@ -157,6 +187,8 @@ def profile(config_path: Path, work_dir: Path, out: Path) -> dict[str, Any]:
         prompt_tokens=one["num_tokens"] / samples - config.generation.max_new_tokens,
         corun_slowdown=slowdown,
         cores=cores,
+        jitter_cv={"generate": one["generate_s_cv"], "train": one["train_s_cv"]},
+        oversubscribed_slowdown=crowded,
     )
     extra = {"config": str(config_path), "model_bytes": size, "phase_means": measured,
              "host": os.uname().nodename}  # fmt: skip

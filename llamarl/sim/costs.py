@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,19 @@ class Costs:
     """Per role: its time while another process is busy / its time alone."""
     cores: int
     """Cores of the profiled machine."""
+    oversubscribed_slowdown: float = 1.0
+    """With more threads busy than cores: how much slower than a fair share each one runs."""
+    jitter_cv: dict[str, float] = field(default_factory=dict)
+    """Per role: coefficient of variation of one unit of its work from step to step (a batch,
+    a training step); the simulator draws each duration around its mean with this spread."""
+
+    def jittered(self, rng: random.Random, role: str, seconds: float) -> float:
+        """`seconds` scaled by a log-normal factor of mean 1 and the role's spread."""
+        cv = self.jitter_cv.get(role, 0.0)
+        if cv <= 0:
+            return seconds
+        sigma = math.sqrt(math.log(1 + cv * cv))
+        return seconds * rng.lognormvariate(-sigma * sigma / 2, sigma)
 
     def at(self, threads: int) -> ThreadCosts:
         """The costs at `threads` (the nearest profiled count at or below it)."""
@@ -71,6 +84,8 @@ class Costs:
                 prompt_tokens=float(tree["prompt_tokens"]),
                 corun_slowdown={k: float(v) for k, v in tree["corun_slowdown"].items()},
                 cores=int(tree["cores"]),
+                oversubscribed_slowdown=float(tree.get("oversubscribed_slowdown", 1.0)),
+                jitter_cv={k: float(v) for k, v in tree.get("jitter_cv", {}).items()},
             )
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise ConfigError(

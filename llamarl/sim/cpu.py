@@ -2,7 +2,8 @@
 
 A task is work in seconds: how long the process would take alone on the machine at its thread
 count. While the busy processes want no more threads than there are cores, each runs at full
-speed; beyond that, each runs at cores / threads wanted. When another process is busy at the same
+speed; beyond that, each runs at cores / threads wanted, slowed further by the measured cost
+of oversubscription (switching, caches). When another process is busy at the same
 time, a role's speed is also divided by its co-run slowdown (memory bandwidth and caches shared
 with the other cores), measured by the profile.
 """
@@ -29,6 +30,8 @@ class Cpu:
     cores: int
     corun_slowdown: dict[str, float]
     """Per role: time alongside other busy processes / time alone (>= 1)."""
+    oversubscribed_slowdown: float = 1.0
+    """Beyond a fair share when more threads are busy than there are cores (>= 1)."""
     now: float = 0.0
     tasks: dict[str, Task] = field(default_factory=dict)
     busy_s: dict[str, float] = field(default_factory=dict)
@@ -45,7 +48,7 @@ class Cpu:
 
     def speed(self, task: Task) -> float:
         wanted = sum(t.threads for t in self.tasks.values())
-        share = min(1.0, self.cores / wanted)
+        share = 1.0 if wanted <= self.cores else self.cores / wanted / self.oversubscribed_slowdown
         if len(self.tasks) > 1:
             share /= self.corun_slowdown.get(task.role, 1.0)
         return share

@@ -90,7 +90,8 @@ class _AsyncRun:
     dropped: int = 0
 
     def __post_init__(self) -> None:
-        self.cpu = Cpu(self.layout.cores, self.costs.corun_slowdown)
+        self.cpu = Cpu(self.layout.cores, self.costs.corun_slowdown,
+                       self.costs.oversubscribed_slowdown)  # fmt: skip
         self.generators = [_Generator(f"generator-{i}") for i in range(self.layout.num_generators)]
         self.rewards = [f"reward-{i}" for i in range(self.layout.num_reward)]
 
@@ -125,7 +126,10 @@ class _AsyncRun:
             return
         n = layout.num_samples
         lengths = self.lengths.draw(self.rng, len(tickets) * n)
-        work = self.costs.at(layout.generator_threads).generate_s(len(lengths), max(lengths))
+        work = self.costs.jittered(
+            self.rng, "generate",
+            self.costs.at(layout.generator_threads).generate_s(len(lengths), max(lengths)),
+        )  # fmt: skip
         prompt = self.costs.prompt_tokens
         groups = [
             _Group(t, gen.held, round(sum(lengths[i * n : (i + 1) * n]) + n * prompt))
@@ -176,7 +180,8 @@ class _AsyncRun:
         for group in batch:
             self.staleness[self.trained - group.version] += 1
         tokens = sum(g.tokens for g in batch)
-        work = self.costs.at(layout.trainer_threads).step_train_s(tokens) + self.costs.stage_s
+        train = self.costs.at(layout.trainer_threads).step_train_s(tokens)
+        work = self.costs.jittered(self.rng, "train", train) + self.costs.stage_s
 
         def trained() -> None:
             self.trained += 1

@@ -4,6 +4,8 @@ bound, which no simulated group may exceed."""
 
 from __future__ import annotations
 
+import random
+import statistics
 from pathlib import Path
 
 import pytest
@@ -105,6 +107,9 @@ def test_the_profile_solves_its_cost_lines_from_a_run_and_its_double() -> None:
     solved = fit(runs[0], runs[1], base)
     for name in ("decode_s", "decode_s_per_seq", "train_s", "train_s_per_token"):
         assert getattr(solved, name) == pytest.approx(getattr(truth, name)), name
+    # Training that grows faster than linearly: the line goes through the configured size.
+    steep = fit(runs[0], runs[1] | {"train_s": 3 * runs[0]["train_s"]}, base)
+    assert steep.train_s == 0 and steep.step_train_s(200) == pytest.approx(runs[0]["train_s"])
 
 
 def test_sim_refuses_a_missing_or_malformed_profile_in_one_line(
@@ -130,3 +135,22 @@ def test_a_saved_profile_loads_back_and_predicts_both_modes(tmp_path: Path) -> N
     assert result["speedup"] == pytest.approx(
         result["sync"]["s_per_step"] / result["async"]["s_per_step"], rel=1e-2
     )
+
+
+def test_oversubscribed_cores_cost_the_measured_extra_and_durations_vary_around_their_mean() -> (
+    None
+):
+    cpu = Cpu(cores=1, corun_slowdown={}, oversubscribed_slowdown=1.2)
+    finished: list[float] = []
+    for name in ("a", "b"):
+        cpu.start(name, "generate", 1, 1.0, lambda: finished.append(cpu.now))
+    while cpu.advance():
+        pass
+    assert finished == [pytest.approx(2.4), pytest.approx(2.4)]  # 1 s each at half of 1/1.2
+    varied = costs(0.01, 0.1)
+    varied = Costs(**{**varied.__dict__, "jitter_cv": {"train": 0.1}})
+    rng = random.Random(0)
+    draws = [varied.jittered(rng, "train", 2.0) for _ in range(20_000)]
+    assert statistics.mean(draws) == pytest.approx(2.0, rel=0.01)
+    assert statistics.stdev(draws) / 2.0 == pytest.approx(0.1, rel=0.05)
+    assert varied.jittered(rng, "generate", 2.0) == 2.0, "no spread measured: no spread drawn"
