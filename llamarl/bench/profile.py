@@ -136,11 +136,11 @@ def probe_times(tree: dict[str, Any], labels: list[str], pin: bool = True) -> di
     return times
 
 
-def corun(tree: dict[str, Any]) -> tuple[dict[str, float], float]:
+def corun(tree: dict[str, Any]) -> tuple[dict[str, float], float, dict[str, Any]]:
     """Each role's time beside the other (generation on one core, training on another) / its
     time alone; and the oversubscription slowdown: with one process more than there are cores
     (a trainer and `cores` generators, left to the scheduler), how much slower each runs than
-    a fair share of the cores would make it, on average."""
+    a fair share of the cores would make it, on average; and the probes' seconds."""
     alone = {role: probe_times(tree, [role])[role] for role in ("generate", "train")}
     together = probe_times(tree, ["generate", "train"])
     slowdown = {role: max(1.0, together[role] / alone[role]) for role in alone}
@@ -149,7 +149,8 @@ def corun(tree: dict[str, Any]) -> tuple[dict[str, float], float]:
     fair = (cores + 1) / cores
     ratios = [crowd[label] / alone[label.split("-")[0]] / (fair * slowdown[label.split("-")[0]])
               for label in crowd]  # fmt: skip
-    return slowdown, max(1.0, statistics.mean(ratios))
+    probes = {"alone": alone, "side_by_side": together, "crowded": crowd}
+    return slowdown, max(1.0, statistics.mean(ratios)), probes
 
 
 def model_bytes(tree: dict[str, Any]) -> int:
@@ -174,7 +175,7 @@ def profile(config_path: Path, work_dir: Path, out: Path) -> dict[str, Any]:
         threads[count] = fit(runs[0], runs[1], base)
         print(f"profile {count} thread(s): {threads[count]}", file=sys.stderr, flush=True)
     one = measured["1"][0]
-    slowdown, crowded = corun(profile_tree(base, 1, 1)) if cores > 1 else ({}, 1.0)
+    slowdown, crowded, probes = corun(profile_tree(base, 1, 1)) if cores > 1 else ({}, 1.0, {})
     size = model_bytes(base)
     rounds = transport_rounds("shm", "auto", size, 1, SYNC_ROUNDS, 16.0)
     config = parse_config(base)
@@ -191,6 +192,7 @@ def profile(config_path: Path, work_dir: Path, out: Path) -> dict[str, Any]:
         oversubscribed_slowdown=crowded,
     )
     extra = {"config": str(config_path), "model_bytes": size, "phase_means": measured,
+             "probes_s": probes,
              "host": os.uname().nodename}  # fmt: skip
     costs.save(out, extra)
     return {"profile": str(out), **extra, "costs": yaml.safe_load(out.read_text())}
