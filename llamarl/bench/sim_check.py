@@ -62,7 +62,7 @@ def bench(config_path: Path, profile: Path, generators: list[int], rounds: int, 
     layouts = []
     for count in generators:
         config = parse_config(layout_tree(base, count, steps))
-        layout = layout_of(config, config.workers.num_cores or costs.cores)
+        layout = layout_of(config, config.workers.num_cores or costs.cores, costs)
         predicted = simulate_async(layout, costs, lengths_of(config, None, 0.0), steps)
         rows = measured[count]
         entry: dict[str, Any] = {"generators": count, "layout": layout.describe(),

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     costs = Costs.load(Path(args.profile))
     cores = args.cores or config.workers.num_cores or costs.cores
-    layout = layout_of(config, cores)
+    layout = layout_of(config, cores, costs)
     lengths = lengths_of(config, args.median_length, args.length_sigma)
     if args.sweep:
         result = sweep(layout, costs, lengths, args.steps, cores)

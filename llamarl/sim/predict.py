@@ -13,13 +13,25 @@ from llamarl.sim.rl import Layout, simulate_async, simulate_sync, speedup
 SWEEP_STALENESS = (0, 1, 2, 4)
 
 
-def layout_of(config: RunConfig, cores: int) -> Layout:
+def trainer_share(config: RunConfig, costs: Costs) -> float:
+    """Training's share of a step's work at one thread, from the profile (what the launcher
+    measures at start to split the cores)."""
+    at = costs.at(1)
+    gen = config.generation
+    batches = config.trainer.prompts_per_step / gen.prompts_per_batch
+    generate = batches * at.generate_s(gen.prompts_per_batch * gen.num_samples, gen.max_new_tokens)
+    tokens = config.trainer.prompts_per_step * gen.num_samples * gen.max_new_tokens
+    train = at.step_train_s(tokens)
+    return train / (train + generate)
+
+
+def layout_of(config: RunConfig, cores: int, costs: Costs) -> Layout:
     """The layout `llamarl run` would start for `config` on `cores` cores: one thread a process
-    when they do not fit, else the split by work share (or the config's thread counts)."""
+    when they do not fit, else the split by the work's share (or the config's thread counts)."""
     workers, generators = config.workers, config.workers.num_generators
     trainer, generator = 1, 1
     if cores > generators + 1:
-        trainer, generator = split_cores(cores, generators, 0.5)
+        trainer, generator = split_cores(cores, generators, trainer_share(config, costs))
     return Layout(
         cores=cores,
         num_generators=generators,

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from llamarl.bench.profile import fit
+from llamarl.config import parse_config
 from llamarl.sim.costs import Costs, Lengths, ThreadCosts
 from llamarl.sim.cpu import Cpu
-from llamarl.sim.predict import predict
+from llamarl.sim.predict import layout_of, predict, trainer_share
 from llamarl.sim.rl import Layout, simulate_async, simulate_sync
 
 LENGTH = 10
@@ -154,3 +155,15 @@ def test_oversubscribed_cores_cost_the_measured_extra_and_durations_vary_around_
     assert statistics.mean(draws) == pytest.approx(2.0, rel=0.01)
     assert statistics.stdev(draws) / 2.0 == pytest.approx(0.1, rel=0.05)
     assert varied.jittered(rng, "generate", 2.0) == 2.0, "no spread measured: no spread drawn"
+
+
+def test_the_simulated_layout_splits_spare_cores_by_the_profiled_work_share() -> None:
+    config = parse_config({"generation": {"num_samples": 8, "max_new_tokens": 10,
+                                          "prompts_per_batch": 2},
+                           "trainer": {"prompts_per_step": 4}})  # fmt: skip
+    # Generation: 2 batches x 10 positions x 0.01 s = 0.2 s; training 0.6 s: a 0.75 share.
+    cost = costs(decode_s=0.01, train_s=0.6)
+    assert trainer_share(config, cost) == pytest.approx(0.75)
+    split = layout_of(config, 8, cost)
+    assert (split.trainer_threads, split.generator_threads) == (6, 2)
+    assert layout_of(config, 2, cost).trainer_threads == 1, "too few cores: a thread each"
