@@ -132,14 +132,21 @@ def test_repeated_resumes_from_one_checkpoint_keep_the_gate_at_the_trained_versi
     assert store.ledger()["issued"] == (6 + k + 1) * pps, "the gate must open with training"
 
 
-def test_keep_alive_beats_through_a_phase_longer_than_the_heartbeat_ttl(tmp_path: Path) -> None:
+def _fast_beating_trainer(tmp_path: Path, worker_id: str) -> tuple[RoleRuntime, MemoryStore]:
+    """A registered trainer runtime whose heartbeat TTL is 0.1 s (beats every 0.02 s)."""
     config = _config(tmp_path, workers={"heartbeat_s": 0.02, "heartbeat_ttl_s": 0.1})
     store = MemoryStore()
     hub = MemoryHub("roles")
-    runtime = RoleRuntime("trainer", config, "trainer", store, hub.client("trainer"),
+    runtime = RoleRuntime("trainer", config, worker_id, store, hub.client(worker_id),
                           build.rejections_of("trainer", config, store),
-                          lambda: hub.client("trainer"))  # fmt: skip
+                          lambda: hub.client(worker_id))  # fmt: skip
     runtime.register()
+    return runtime, store
+
+
+def test_keep_alive_beats_through_a_phase_longer_than_the_heartbeat_ttl(tmp_path: Path) -> None:
+    runtime, store = _fast_beating_trainer(tmp_path, "trainer")
+    config = runtime.config
     beats: set[str] = set()
     with runtime.keep_alive("warm-start") as phase:
         started = time.monotonic()
@@ -160,13 +167,7 @@ def test_a_training_step_longer_than_the_ttl_brings_back_the_whole_registration(
 ) -> None:
     """A worker whose key expired between two beats (a step longer than the TTL) is re-created
     with its role and pid by the keep-alive thread, so the monitor finds the trainer again."""
-    config = _config(tmp_path, workers={"heartbeat_s": 0.02, "heartbeat_ttl_s": 0.1})
-    store = MemoryStore()
-    hub = MemoryHub("roles")
-    runtime = RoleRuntime("trainer", config, "trainer-7", store, hub.client("t"),
-                          build.rejections_of("trainer", config, store),
-                          lambda: hub.client("t"))  # fmt: skip
-    runtime.register()
+    runtime, store = _fast_beating_trainer(tmp_path, "trainer-7")
     deadline = time.monotonic() + 10
     while store.workers()[0].alive:  # no beat: the registration expires
         assert time.monotonic() < deadline, "the registration never expired"
