@@ -4,15 +4,22 @@ Time comes from Redis itself (TIME), so lease expiry does not depend on worker c
 """
 
 PUBLISH_VERSION = """
--- KEYS: policy_version, version_meta. ARGV: version, then field/value pairs.
+-- KEYS: policy_version, version_meta, version_publish_id.
+-- ARGV: version, publish id (unique per publish call), then field/value pairs.
+-- The id makes a retry idempotent: a publish whose reply a Redis restart lost, sent again,
+-- finds its own id on the current version and is accepted without a second write.
 local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
 local proposed = tonumber(ARGV[1])
+if proposed == current and redis.call('GET', KEYS[3]) == ARGV[2] then
+  return 1
+end
 if proposed <= current then
   return 0
 end
 redis.call('SET', KEYS[1], proposed)
+redis.call('SET', KEYS[3], ARGV[2])
 redis.call('DEL', KEYS[2])
-redis.call('HSET', KEYS[2], unpack(ARGV, 2))
+redis.call('HSET', KEYS[2], unpack(ARGV, 3))
 return 1
 """
 

@@ -4,6 +4,7 @@ Key schema (all under `llamarl:<run_id>:`; see README):
   policy_version          string  latest published policy version (only ever increases)
   version_offset          string  published version less versions trained (set by each trainer resume)
   version                 hash    metadata of that version: num_bytes, checksum, transport, ...
+  version_publish_id      string  id of the publish call that set it (a retried publish is a no-op)
   ledger                  hash    issued, trained, dropped_stale, reissued, duplicate, reopened
   tickets                 hash    ticket_id -> open | trained | dropped_stale (at or above the floor)
   attempts                hash    ticket_id -> attempt number (0 first, +1 per reissue)
@@ -16,7 +17,8 @@ Key schema (all under `llamarl:<run_id>:`; see README):
   rejected                hash    <source>.<reason> -> rejected message count
   run_status              string  running | finished (set by the trainer; workers exit on it)
 Every multi-key update is one Lua script, so concurrent workers never see a half-done change.
-Calls retry a lost connection with bounded, logged backoff until `connect_deadline_s` runs out.
+Calls retry a lost connection with bounded, logged backoff until `connect_deadline_s` runs out;
+a retry of a publish whose reply was lost is recognised by its id, not refused as stale.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -114,10 +117,9 @@ class RedisStore:
         pairs: list[Any] = ["policy_version", policy_version, "published_at", time.time()]
         for name, value in meta.items():
             pairs += [name, value]
-        keys = [self.key("policy_version"), self.key("version")]
-        accepted = self._call(
-            "publish version", lambda: self._publish(keys=keys, args=[policy_version, *pairs])
-        )
+        keys = [self.key("policy_version"), self.key("version"), self.key("version_publish_id")]
+        args = [policy_version, uuid.uuid4().hex, *pairs]  # one id for this call and its retries
+        accepted = self._call("publish version", lambda: self._publish(keys=keys, args=args))
         if not accepted:
             raise StaleVersionError(
                 f"policy version {policy_version} is not above current {self.policy_version()}"

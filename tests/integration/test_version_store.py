@@ -10,7 +10,9 @@ import time
 from typing import Any
 
 import pytest
+import redis
 
+from llamarl.errors import StaleVersionError
 from llamarl.net import free_port_block
 from llamarl.store import RedisStore
 
@@ -68,3 +70,26 @@ def test_unreachable_redis_fails_after_the_deadline() -> None:
     with pytest.raises(ConnectionError, match="redis unreachable for 1s during ping"):
         store.ping()
     assert time.monotonic() - started < 5
+
+
+def test_a_publish_retried_after_its_reply_was_lost_is_accepted_once(
+    store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis applied the publish, then the connection dropped before the reply (a Redis
+    restart): the store's retry must not be refused as stale, and nothing is written twice."""
+    store.publish_version(1, {"checksum": "a"})
+    applied = store._publish
+    calls = []
+
+    def reply_lost_once(**kwargs: Any) -> Any:
+        calls.append(applied(**kwargs))
+        if len(calls) == 1:
+            raise redis.ConnectionError("connection closed by server")
+        return calls[-1]
+
+    monkeypatch.setattr(store, "_publish", reply_lost_once)
+    store.publish_version(2, {"checksum": "b"})
+    assert calls == [1, 1], "applied by the first call, recognised by the retry"
+    assert store.policy_version() == 2 and store.version_meta()["checksum"] == "b"
+    with pytest.raises(StaleVersionError, match="2 is not above current 2"):
+        store.publish_version(2, {"checksum": "c"})  # another publish of that number is stale
