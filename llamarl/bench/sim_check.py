@@ -6,7 +6,8 @@ kept, threads as `llamarl run` splits the cores), measured in interleaved rounds
 the model knows: EOS is banned, every completion is max_new_tokens long) and evaluates only at
 its end. Per layout: measured seconds per step and each role's idle fraction (median, min-max
 over rounds) next to the simulator's, the error of each, and which layout each says is fastest;
-`llamarl sim --sweep`'s best layout among these is the recommendation the runs check.
+the runs check the recommendation of `llamarl sim CONFIG --sweep` (over every core split and
+staleness bound, not only these layouts): confirmed when its generator count measures fastest.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from llamarl.bench.async_vs_sync import clean_step_s, role_times, run_once
 from llamarl.bench.stats import spread
 from llamarl.config import parse_config
 from llamarl.sim.costs import Costs
-from llamarl.sim.predict import layout_of, lengths_of
+from llamarl.sim.predict import layout_of, lengths_of, sweep
 from llamarl.sim.rl import simulate_async
 
 ROLES = ("generator", "trainer")
@@ -77,9 +78,20 @@ def bench(config_path: Path, profile: Path, generators: list[int], rounds: int, 
         layouts.append(entry)
     fastest_predicted = min(layouts, key=lambda e: e["predicted_s_per_step"])["generators"]
     fastest_measured = min(layouts, key=lambda e: e["measured_s_per_step"]["median"])["generators"]
+    recommended = recommendation(base, costs, steps)
     return {"config": str(config_path), "profile": str(profile), "steps": steps,
             "rounds": rounds, "layouts": layouts,
             "max_step_error": max(abs(e["step_error"]) for e in layouts),
             "max_idle_difference": max(abs(e[f"{r}_idle"]["difference"]) for e in layouts for r in ROLES),
-            "fastest_predicted": fastest_predicted, "fastest_measured": fastest_measured,
-            "recommendation_confirmed": fastest_predicted == fastest_measured}  # fmt: skip
+            "fastest_predicted": fastest_predicted, "sweep_recommends": recommended,
+            "fastest_measured": fastest_measured,
+            "recommendation_confirmed": recommended["num_generators"] == fastest_measured}  # fmt: skip
+
+
+def recommendation(base: dict[str, Any], costs: Costs, steps: int) -> dict[str, Any]:
+    """What `llamarl sim CONFIG --sweep` recommends for the config's cores."""
+    config = parse_config(layout_tree(base, 1, steps))
+    cores = config.workers.num_cores or costs.cores
+    layout = layout_of(config, cores, costs)
+    best: dict[str, Any] = sweep(layout, costs, lengths_of(config, None, 0.0), steps, cores)["best"]
+    return best

@@ -15,7 +15,7 @@ from llamarl.sim.predict import layout_of, lengths_of, predict, sweep
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     sim = sub.add_parser("sim", help="predict sync/async step time, idle and staleness")
-    sim.add_argument("config", help="run config YAML (layout, batch sizes, staleness)")
+    sim.add_argument("config", nargs="?", help="run config YAML (layout, batch sizes, staleness)")
     sim.add_argument("overrides", nargs="*", help="section.field=value overrides")
     sim.add_argument("--profile", help="from `llamarl bench profile` (not needed with --paper)")
     sim.add_argument("--steps", type=int, default=200, help="simulated RL steps")
@@ -23,6 +23,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--median-length", type=float, help="completion tokens, median")
     sim.add_argument("--length-sigma", type=float, default=0.0, help="log-normal sigma (tail)")
     sim.add_argument("--sweep", action="store_true", help="every core split and staleness bound")
+    sim.add_argument("--paper", action="store_true",
+                     help="LlamaRL's 8B/70B/405B points from public figures (no config)")  # fmt: skip
     sim.add_argument("--json", action="store_true", help="accepted; the last line is JSON anyway")
     sim.set_defaults(func=run)
 
@@ -30,6 +32,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from llamarl.errors import ConfigError
 
+    if args.paper:
+        from llamarl.sim.paper import paper
+
+        print(json.dumps(paper()), flush=True)
+        return 0
+    if args.config is None:
+        raise ConfigError("give a run config (llamarl sim CONFIG --profile FILE), or --paper")
     if args.profile is None:
         raise ConfigError(
             "--profile: give the file `llamarl bench profile CONFIG --out FILE` wrote"

@@ -53,6 +53,9 @@ class Costs:
     jitter_cv: dict[str, float] = field(default_factory=dict)
     """Per role: coefficient of variation of one unit of its work from step to step (a batch,
     a training step); the simulator draws each duration around its mean with this spread."""
+    handover_s: float = 0.0
+    """Seconds a sync step spends handing the trained weights to its generation engine: 0 for
+    llamarl's sync mode (the same model in process); a gather-and-broadcast elsewhere."""
 
     def jittered(self, rng: random.Random, role: str, seconds: float) -> float:
         """`seconds` scaled by a log-normal factor of mean 1 and the role's spread."""
@@ -86,6 +89,7 @@ class Costs:
                 cores=int(tree["cores"]),
                 oversubscribed_slowdown=float(tree.get("oversubscribed_slowdown", 1.0)),
                 jitter_cv={k: float(v) for k, v in tree.get("jitter_cv", {}).items()},
+                handover_s=float(tree.get("handover_s", 0.0)),
             )
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise ConfigError(

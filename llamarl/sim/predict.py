@@ -78,8 +78,22 @@ def candidates(base: Layout, cores: int) -> list[Layout]:
     return layouts
 
 
-def sweep(base: Layout, costs: Costs, lengths: Lengths, steps: int, cores: int) -> dict[str, Any]:
-    """Async s/step of every candidate layout, fastest first, against the sync run."""
+TIE = 0.03
+"""Layouts predicted within this fraction of the fastest are ties: closer than the simulator's
+errors against measured runs can tell apart."""
+
+
+def cost_of(row: dict[str, Any]) -> tuple[int, int, int]:
+    """What a tie is settled by: fewer processes (memory, weight syncs), then fewer threads,
+    then a lower staleness bound (updates closer to on-policy)."""
+    threads = row["num_generators"] * row["generator_threads"] + row["trainer_threads"]
+    return row["num_generators"], threads, row["max_staleness"]
+
+
+def sweep(base: Layout, costs: Costs, lengths: Lengths, steps: int, cores: int,
+          tie: float = TIE) -> dict[str, Any]:  # fmt: skip
+    """Async s/step of every candidate layout, fastest first, against the sync run. The
+    recommendation (`best`) is the cheapest layout within `tie` of the fastest."""
     rows = []
     for layout in candidates(base, cores):
         predicted = simulate_async(layout, costs, lengths, steps)
@@ -88,8 +102,10 @@ def sweep(base: Layout, costs: Costs, lengths: Lengths, steps: int, cores: int) 
                      "trainer_threads": layout.trainer_threads,
                      "max_staleness": layout.max_staleness,
                      "s_per_step": round(predicted.s_per_step, 4)})  # fmt: skip
-    rows.sort(key=lambda r: (r["s_per_step"], r["max_staleness"], r["num_generators"]))
+    rows.sort(key=lambda r: (r["s_per_step"], *cost_of(r)))
     sync = simulate_sync(base, costs, lengths, steps).s_per_step
-    best = rows[0]
+    fastest = rows[0]["s_per_step"]
+    best = min((r for r in rows if r["s_per_step"] <= fastest * (1 + tie)), key=cost_of)
     return {"cores": cores, "sync_s_per_step": round(sync, 4), "best": best,
-            "best_speedup": round(sync / best["s_per_step"], 3), "layouts": rows}  # fmt: skip
+            "best_speedup": round(sync / best["s_per_step"], 3), "tie": tie,
+            "layouts": rows}  # fmt: skip

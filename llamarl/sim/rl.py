@@ -231,12 +231,14 @@ def simulate_async(layout: Layout, costs: Costs, lengths: Lengths, steps: int,
 
 def simulate_sync(layout: Layout, costs: Costs, lengths: Lengths, steps: int,
                   seed: int = 0) -> Prediction:  # fmt: skip
-    """Every phase on all `layout.cores` threads, one after another; no weight sync (the sync
-    run hands the trainer's model to the generator in process)."""
+    """Every phase on all `layout.cores` threads, one after another, then the profile's
+    handover of the weights to generation (none when the sync run shares its model)."""
     rng = random.Random(seed)
     at = costs.at(layout.cores)
     n, per_batch = layout.num_samples, layout.prompts_per_batch
     totals = {"generate": 0.0, "score": 0.0, "train": 0.0}
+    if costs.handover_s:
+        totals["handover"] = 0.0
     ends, now = [], 0.0
     for _ in range(steps):
         tokens = 0
@@ -247,6 +249,8 @@ def simulate_sync(layout: Layout, costs: Costs, lengths: Lengths, steps: int,
             tokens += sum(drawn) + round(prompts * n * costs.prompt_tokens)
         totals["score"] += layout.prompts_per_step * costs.score_s_per_group
         totals["train"] += at.step_train_s(tokens)
+        if costs.handover_s:
+            totals["handover"] += costs.handover_s
         now = sum(totals.values())
         ends.append(now)
     total = sum(totals.values())

@@ -4,6 +4,7 @@ bound, which no simulated group may exceed."""
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
 from pathlib import Path
@@ -14,7 +15,7 @@ from llamarl.bench.profile import fit
 from llamarl.config import parse_config
 from llamarl.sim.costs import Costs, Lengths, ThreadCosts
 from llamarl.sim.cpu import Cpu
-from llamarl.sim.predict import layout_of, predict, trainer_share
+from llamarl.sim.predict import layout_of, predict, sweep, trainer_share
 from llamarl.sim.rl import Layout, simulate_async, simulate_sync
 
 LENGTH = 10
@@ -119,9 +120,10 @@ def test_sim_refuses_a_missing_or_malformed_profile_in_one_line(
     from workers.cli import main
 
     tiny = str(Path(__file__).parents[2] / "configs" / "tiny.yaml")
-    for extra, message in (([], "--profile: give the file"),
-                           (["--profile", tiny], "not a profile")):  # fmt: skip
-        assert main(["sim", tiny, *extra]) == 2
+    for args, message in (([tiny], "--profile: give the file"),
+                          ([tiny, "--profile", tiny], "not a profile"),
+                          ([], "give a run config")):  # fmt: skip
+        assert main(["sim", *args]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
 
@@ -167,3 +169,55 @@ def test_the_simulated_layout_splits_spare_cores_by_the_profiled_work_share() ->
     split = layout_of(config, 8, cost)
     assert (split.trainer_threads, split.generator_threads) == (6, 2)
     assert layout_of(config, 2, cost).trainer_threads == 1, "too few cores: a thread each"
+
+
+def test_the_sweep_recommends_the_cheapest_of_the_layouts_tied_with_the_fastest() -> None:
+    """Generation-bound on 2 cores: one generator leaves a core to a mostly idle trainer, two or
+    more fill both cores and tie; the recommendation is the tie with fewest processes and the
+    lowest staleness bound that keeps the speed (0 makes the roles take turns)."""
+    cost = costs(decode_s=0.05, train_s=0.2, stage_s=0.0, pull_s=0.0)
+    result = sweep(layout(cores=2), cost, FIXED, steps=60, cores=2)
+    rows = {(r["num_generators"], r["max_staleness"]): r["s_per_step"] for r in result["layouts"]}
+    one, two, three = rows[(1, 1)], rows[(2, 1)], rows[(3, 1)]
+    assert one == pytest.approx(2 * LENGTH * 0.05, rel=0.01), "one generator: its batches"
+    assert two < one * 0.8 and three == pytest.approx(two, rel=result["tie"])
+    assert rows[(2, 0)] > two * (1 + result["tie"]), "no lag: the roles take turns"
+    best = result["best"]
+    assert (best["num_generators"], best["max_staleness"]) == (2, 1)
+    assert result["layouts"][0]["s_per_step"] <= best["s_per_step"]
+    assert result["best_speedup"] == pytest.approx(
+        result["sync_s_per_step"] / best["s_per_step"], rel=1e-3
+    )
+
+
+def test_paper_mode_steps_are_their_phases_and_the_speedup_grows_with_scale(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Through the same simulator: a sync step is generation + training + the weight handover,
+    an async step the slower role plus its DDMA transfer; LlamaRL's trend (the speed-up grows
+    from 8B to 70B to 405B) follows from the stated assumptions."""
+    from llamarl.sim import paper
+    from workers.cli import main
+
+    assert main(["sim", "--paper"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = {row["model"]: row for row in result["scales"]}
+    assert list(rows) == ["8B", "70B", "405B"]
+    tokens = (
+        paper.ASSUMED["prompts_per_step"]
+        * paper.ASSUMED["samples_per_prompt"]
+        * (paper.ASSUMED["prompt_tokens"] + paper.ASSUMED["completion_tokens"])
+    )
+    for scale, row in rows.items():
+        cost = paper.costs_at(scale)
+        positions = paper.ASSUMED["completion_tokens"]
+        generate = {t: cost.at(t).decode_s * positions for t in (1, 2)}
+        train = {t: cost.at(t).train_s_per_token * tokens for t in (1, 2)}
+        assert row["sync_s_per_step"] == pytest.approx(
+            generate[2] + train[2] + cost.handover_s, abs=0.01
+        )
+        assert row["async_s_per_step"] == pytest.approx(
+            max(generate[1] + cost.pull_s, train[1] + cost.stage_s), abs=0.01
+        )
+    speedups = [row["speedup"] for row in rows.values()]
+    assert 1 < speedups[0] < speedups[1] < speedups[2]
