@@ -7,7 +7,8 @@ the model knows: EOS is banned, every completion is max_new_tokens long) and eva
 its end. Per layout: measured seconds per step and each role's idle fraction (median, min-max
 over rounds) next to the simulator's, the error of each, and which layout each says is fastest;
 the runs check the recommendation of `llamarl sim CONFIG --sweep` (over every core split and
-staleness bound, not only these layouts): confirmed when its generator count measures fastest.
+staleness bound, not only these layouts): confirmed when its generator count measures fastest
+at its staleness bound (the config's).
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ def bench(config_path: Path, profile: Path, generators: list[int], rounds: int, 
             "max_idle_difference": max(abs(e[f"{r}_idle"]["difference"]) for e in layouts for r in ROLES),
             "fastest_predicted": fastest_predicted, "sweep_recommends": recommended,
             "fastest_measured": fastest_measured,
-            "recommendation_confirmed": recommended["num_generators"] == fastest_measured}  # fmt: skip
+            "recommendation_confirmed": recommended["num_generators"] == fastest_measured
+            and recommended["max_staleness"] == parse_config(base).staleness.max_staleness}  # fmt: skip
 
 
 def recommendation(base: dict[str, Any], costs: Costs, steps: int) -> dict[str, Any]:
