@@ -1,11 +1,13 @@
 """`llamarl bench profile CONFIG --out FILE`: what each role's work costs on this machine, for
 `llamarl sim`.
 
-For each thread count from 1 to the machine's cores, two short sync runs of the config (EOS
-banned, so every completion is max_new_tokens long): one as configured and one with twice the
-prompts per batch and per step. Their phase times give the generation cost per decode position
-(a fixed part and a part per sequence in the batch) and the training cost (a fixed part and a
-part per token). Scoring comes from the 1-thread run; staging and pulling a version of the
+For each thread count from 1 to the machine's cores, short sync runs of the config (EOS
+banned, so every completion is max_new_tokens long; a sync run decodes a step's prompts as one
+batch): one as configured, one with twice the prompts per step, and, when a generator's batch is
+smaller than a step, one of a generator's batch a step. Their phase times give the generation
+cost per decode position (a fixed part and a part per sequence in the batch, through a
+generator's batch and a sync step's) and the training cost (a fixed part and a part per token,
+through the step and its double). Scoring comes from the 1-thread run; staging and pulling a version of the
 model's size over the shared-memory transport from the weight-sync benchmark's rounds. The
 co-run slowdown: a generation batch repeated on one core beside a training step repeated on
 another, against each alone; and, with one process more than there are cores, how much slower
@@ -38,15 +40,16 @@ CORUN_S = 8.0
 SYNC_ROUNDS = 5
 
 
-def profile_tree(base: dict[str, Any], threads: int, scale: int) -> dict[str, Any]:
-    """The config for one profile run: `scale` x the prompts per batch and per step, every
-    completion max_new_tokens long, a short run with evaluation only at its end."""
+def profile_tree(base: dict[str, Any], threads: int, prompts_per_step: int) -> dict[str, Any]:
+    """The config for one profile run: `prompts_per_step` prompts a step (a sync run decodes
+    them as one batch), every completion max_new_tokens long, a short run with evaluation only
+    at its end."""
     generation = dict(base.get("generation", {}))
     trainer = dict(base.get("trainer", {}))
     config = parse_config(base)
     generation["min_new_tokens"] = config.generation.max_new_tokens
-    generation["prompts_per_batch"] = config.generation.prompts_per_batch * scale
-    trainer |= {"prompts_per_step": config.trainer.prompts_per_step * scale,
+    generation["prompts_per_batch"] = min(config.generation.prompts_per_batch, prompts_per_step)
+    trainer |= {"prompts_per_step": prompts_per_step,
                 "num_steps": PROFILE_STEPS, "eval_every": PROFILE_STEPS, "sft_steps": 0,
                 "checkpoint_every": 0}  # fmt: skip
     task = dict(base.get("task", {})) | {"num_eval": min(config.task.num_eval, 8)}
@@ -77,15 +80,23 @@ def line(x: tuple[float, float], y: tuple[float, float]) -> tuple[float, float]:
     return intercept, slope
 
 
-def fit(small: dict[str, float], large: dict[str, float], base: dict[str, Any]) -> ThreadCosts:
-    """The cost lines through a run and its double."""
+def fit(small: dict[str, float], large: dict[str, float], base: dict[str, Any],
+        batch: dict[str, float] | None = None) -> ThreadCosts:  # fmt: skip
+    """The cost lines through a run and its double (a sync run decodes a step's prompts as one
+    batch). With `batch`, a run of one generator batch a step (prompts_per_batch below
+    prompts_per_step), the decode line goes through the two batch sizes the simulator charges
+    instead: a generator's and a sync step's."""
     config = parse_config(base)
     length = config.generation.max_new_tokens
-    batches = config.trainer.prompts_per_step / config.generation.prompts_per_batch
-    sequences = config.generation.prompts_per_batch * config.generation.num_samples
+    samples = config.generation.num_samples
+    sequences = config.trainer.prompts_per_step * samples
+    if batch is None:
+        points = ((sequences, small["generate_s"]), (2 * sequences, large["generate_s"]))
+    else:
+        generator = config.generation.prompts_per_batch * samples
+        points = ((generator, batch["generate_s"]), (sequences, small["generate_s"]))
     decode_s, per_seq = line(
-        (sequences, 2 * sequences),
-        (small["generate_s"] / batches / length, large["generate_s"] / batches / length),
+        (points[0][0], points[1][0]), (points[0][1] / length, points[1][1] / length)
     )
     train_s, per_token = line(
         (small["num_tokens"], large["num_tokens"]), (small["train_s"], large["train_s"])
@@ -167,18 +178,22 @@ def profile(config_path: Path, work_dir: Path, out: Path) -> dict[str, Any]:
     cores = usable_cores()
     threads: dict[int, ThreadCosts] = {}
     measured: dict[str, Any] = {}
+    config = parse_config(base)
+    sizes = {f"x{scale}": config.trainer.prompts_per_step * scale for scale in (1, 2)}
+    if config.generation.prompts_per_batch < config.trainer.prompts_per_step:
+        sizes["batch"] = config.generation.prompts_per_batch
     for count in range(1, cores + 1):
-        runs = [phase_means(run_once(profile_tree(base, count, scale), "sync",
-                                     f"t{count}-x{scale}", work_dir))
-                for scale in (1, 2)]  # fmt: skip
+        runs = {name: phase_means(run_once(profile_tree(base, count, prompts), "sync",
+                                           f"t{count}-{name}", work_dir))
+                for name, prompts in sizes.items()}  # fmt: skip
         measured[str(count)] = runs
-        threads[count] = fit(runs[0], runs[1], base)
+        threads[count] = fit(runs["x1"], runs["x2"], base, runs.get("batch"))
         print(f"profile {count} thread(s): {threads[count]}", file=sys.stderr, flush=True)
-    one = measured["1"][0]
-    slowdown, crowded, probes = corun(profile_tree(base, 1, 1)) if cores > 1 else ({}, 1.0, {})
+    one = measured["1"]["x1"]
+    probe_tree = profile_tree(base, 1, config.trainer.prompts_per_step)
+    slowdown, crowded, probes = corun(probe_tree) if cores > 1 else ({}, 1.0, {})
     size = model_bytes(base)
     rounds = transport_rounds("shm", "auto", size, 1, SYNC_ROUNDS, 16.0)
-    config = parse_config(base)
     samples = config.trainer.prompts_per_step * config.generation.num_samples
     costs = Costs(
         threads=threads,

@@ -35,7 +35,9 @@ def run(args: argparse.Namespace) -> int:
     if args.paper:
         from llamarl.sim.paper import paper
 
-        print(json.dumps(paper()), flush=True)
+        if args.config or args.profile or args.sweep:
+            raise ConfigError("--paper takes no config, --profile or --sweep: its inputs are fixed")
+        print(json.dumps(paper(args.steps)), flush=True)
         return 0
     if args.config is None:
         raise ConfigError("give a run config (llamarl sim CONFIG --profile FILE), or --paper")

@@ -90,6 +90,12 @@ def cost_of(row: dict[str, Any]) -> tuple[int, int, int]:
     return row["num_generators"], threads, row["max_staleness"]
 
 
+def recommend(rows: list[dict[str, Any]], tie: float) -> dict[str, Any]:
+    """The cheapest of the rows within `tie` of the fastest one's s/step."""
+    fastest = min(r["s_per_step"] for r in rows)
+    return min((r for r in rows if r["s_per_step"] <= fastest * (1 + tie)), key=cost_of)
+
+
 def sweep(base: Layout, costs: Costs, lengths: Lengths, steps: int, cores: int,
           tie: float = TIE) -> dict[str, Any]:  # fmt: skip
     """Async s/step of every candidate layout, fastest first, against the sync run. The
@@ -104,8 +110,7 @@ def sweep(base: Layout, costs: Costs, lengths: Lengths, steps: int, cores: int,
                      "s_per_step": round(predicted.s_per_step, 4)})  # fmt: skip
     rows.sort(key=lambda r: (r["s_per_step"], *cost_of(r)))
     sync = simulate_sync(base, costs, lengths, steps).s_per_step
-    fastest = rows[0]["s_per_step"]
-    best = min((r for r in rows if r["s_per_step"] <= fastest * (1 + tie)), key=cost_of)
+    best = recommend(rows, tie)
     return {"cores": cores, "sync_s_per_step": round(sync, 4), "best": best,
             "best_speedup": round(sync / best["s_per_step"], 3), "tie": tie,
             "layouts": rows}  # fmt: skip

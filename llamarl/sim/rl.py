@@ -6,8 +6,8 @@ claims up to prompts_per_batch tickets that the staleness gate allows (issued ti
 (trained steps + max_staleness + 1) x prompts_per_step), generates, and passes the groups to the
 reward workers, which pass them to the trainer; the trainer trains on the oldest
 prompts_per_step groups, drops (and reissues) any staler than the bound, stages the new version
-and publishes it. Sync generates a step's prompts in batches, scores and trains, one phase after
-another on every core.
+and publishes it. Sync generates a step's prompts as one batch, scores and trains, one phase
+after another on every core.
 """
 
 from __future__ import annotations
@@ -231,22 +231,20 @@ def simulate_async(layout: Layout, costs: Costs, lengths: Lengths, steps: int,
 
 def simulate_sync(layout: Layout, costs: Costs, lengths: Lengths, steps: int,
                   seed: int = 0) -> Prediction:  # fmt: skip
-    """Every phase on all `layout.cores` threads, one after another, then the profile's
-    handover of the weights to generation (none when the sync run shares its model)."""
+    """Every phase on all `layout.cores` threads, one after another: the step's prompts
+    decoded as one batch (as `llamarl run --mode sync` does), scored, trained, then the
+    profile's handover of the weights to generation (none when the sync run shares its model)."""
     rng = random.Random(seed)
     at = costs.at(layout.cores)
-    n, per_batch = layout.num_samples, layout.prompts_per_batch
+    sequences = layout.prompts_per_step * layout.num_samples
     totals = {"generate": 0.0, "score": 0.0, "train": 0.0}
     if costs.handover_s:
         totals["handover"] = 0.0
     ends, now = [], 0.0
     for _ in range(steps):
-        tokens = 0
-        for start in range(0, layout.prompts_per_step, per_batch):
-            prompts = min(per_batch, layout.prompts_per_step - start)
-            drawn = lengths.draw(rng, prompts * n)
-            totals["generate"] += at.generate_s(len(drawn), max(drawn))
-            tokens += sum(drawn) + round(prompts * n * costs.prompt_tokens)
+        drawn = lengths.draw(rng, sequences)
+        totals["generate"] += at.generate_s(sequences, max(drawn))
+        tokens = sum(drawn) + round(sequences * costs.prompt_tokens)
         totals["score"] += layout.prompts_per_step * costs.score_s_per_group
         totals["train"] += at.step_train_s(tokens)
         if costs.handover_s:
