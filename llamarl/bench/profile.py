@@ -1,13 +1,13 @@
 """`llamarl bench profile CONFIG --out FILE`: what each role's work costs on this machine, for
 `llamarl sim`.
 
-For each thread count from 1 to the machine's cores, short sync runs of the config (EOS
-banned, so every completion is max_new_tokens long; a sync run decodes a step's prompts as one
-batch): one as configured, one with twice the prompts per step, and, when a generator's batch is
-smaller than a step, one of a generator's batch a step. Their phase times give the generation
-cost per decode position (a fixed part and a part per sequence in the batch, through a
-generator's batch and a sync step's) and the training cost (a fixed part and a part per token,
-through the step and its double). Scoring comes from the 1-thread run; staging and pulling a version of the
+For each thread count from 1 to the machine's cores: a generator's batch and a sync step's
+batch (or its double), each timed in a process of its own as a generator decodes it (EOS
+banned, every completion max_new_tokens long), give the generation cost per decode position (a
+fixed part and a part per sequence in the batch); two short sync runs of the config, as
+configured and with twice the prompts per step, give the training cost (a fixed part and a part
+per token). The sync run's generation against the generator's at the same batch gives the sync
+process's own slowdown (it also holds the trainer), charged to sync predictions. Scoring comes from the 1-thread run; staging and pulling a version of the
 model's size over the shared-memory transport from the weight-sync benchmark's rounds. The
 co-run slowdown: a generation batch repeated on one core beside a training step repeated on
 another, against each alone; and, with one process more than there are cores, how much slower
@@ -23,6 +23,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ import torch
 import yaml
 
 from llamarl.bench.async_vs_sync import RunResult, run_once
+from llamarl.bench.decode_probe import batch_seconds
 from llamarl.bench.weight_sync import transport_rounds
 from llamarl.config import parse_config
 from llamarl.cores import usable_cores, work_probes
@@ -81,23 +83,12 @@ def line(x: tuple[float, float], y: tuple[float, float]) -> tuple[float, float]:
 
 
 def fit(small: dict[str, float], large: dict[str, float], base: dict[str, Any],
-        batch: dict[str, float] | None = None) -> ThreadCosts:  # fmt: skip
-    """The cost lines through a run and its double (a sync run decodes a step's prompts as one
-    batch). With `batch`, a run of one generator batch a step (prompts_per_batch below
-    prompts_per_step), the decode line goes through the two batch sizes the simulator charges
-    instead: a generator's and a sync step's."""
-    config = parse_config(base)
-    length = config.generation.max_new_tokens
-    samples = config.generation.num_samples
-    sequences = config.trainer.prompts_per_step * samples
-    if batch is None:
-        points = ((sequences, small["generate_s"]), (2 * sequences, large["generate_s"]))
-    else:
-        generator = config.generation.prompts_per_batch * samples
-        points = ((generator, batch["generate_s"]), (sequences, small["generate_s"]))
-    decode_s, per_seq = line(
-        (points[0][0], points[1][0]), (points[0][1] / length, points[1][1] / length)
-    )
+        decode: Sequence[tuple[int, float]]) -> ThreadCosts:  # fmt: skip
+    """The decode cost line through two (sequences, seconds of a batch) points, and the
+    training cost line through a sync run and its double."""
+    length = parse_config(base).generation.max_new_tokens
+    (x0, y0), (x1, y1) = decode
+    decode_s, per_seq = line((x0, x1), (y0 / length, y1 / length))
     train_s, per_token = line(
         (small["num_tokens"], large["num_tokens"]), (small["train_s"], large["train_s"])
     )
@@ -172,6 +163,11 @@ def model_bytes(tree: dict[str, Any]) -> int:
     return sum(p.numel() * p.element_size() for p in policy.model.parameters())
 
 
+def decode_batches(per_batch: int, per_step: int) -> tuple[int, int]:
+    """Prompts in the two timed batches: a generator's and a sync step's (or its double)."""
+    return (per_batch, per_step) if per_batch < per_step else (per_step, 2 * per_step)
+
+
 def profile(config_path: Path, work_dir: Path, out: Path) -> dict[str, Any]:
     work_dir.mkdir(parents=True, exist_ok=True)
     base = yaml.safe_load(config_path.read_text())
@@ -179,17 +175,22 @@ def profile(config_path: Path, work_dir: Path, out: Path) -> dict[str, Any]:
     threads: dict[int, ThreadCosts] = {}
     measured: dict[str, Any] = {}
     config = parse_config(base)
-    sizes = {f"x{scale}": config.trainer.prompts_per_step * scale for scale in (1, 2)}
-    if config.generation.prompts_per_batch < config.trainer.prompts_per_step:
-        sizes["batch"] = config.generation.prompts_per_batch
+    per_step, samples = config.trainer.prompts_per_step, config.generation.num_samples
+    batches = decode_batches(config.generation.prompts_per_batch, per_step)
+    decoded: dict[str, Any] = {}
     for count in range(1, cores + 1):
-        runs = {name: phase_means(run_once(profile_tree(base, count, prompts), "sync",
-                                           f"t{count}-{name}", work_dir))
-                for name, prompts in sizes.items()}  # fmt: skip
+        runs = {f"x{scale}": phase_means(run_once(profile_tree(base, count, per_step * scale),
+                                                  "sync", f"t{count}-x{scale}", work_dir))
+                for scale in (1, 2)}  # fmt: skip
         measured[str(count)] = runs
-        threads[count] = fit(runs["x1"], runs["x2"], base, runs.get("batch"))
+        decode = [(prompts * samples, batch_seconds(base, count, prompts)) for prompts in batches]
+        decoded[str(count)] = decode
+        threads[count] = fit(runs["x1"], runs["x2"], base, decode)
         print(f"profile {count} thread(s): {threads[count]}", file=sys.stderr, flush=True)
     one = measured["1"]["x1"]
+    length = config.generation.max_new_tokens
+    alone = threads[cores].generate_s(per_step * samples, length)
+    in_sync = measured[str(cores)]["x1"]["generate_s"] / alone
     probe_tree = profile_tree(base, 1, config.trainer.prompts_per_step)
     slowdown, crowded, probes = corun(probe_tree) if cores > 1 else ({}, 1.0, {})
     size = model_bytes(base)
@@ -205,8 +206,10 @@ def profile(config_path: Path, work_dir: Path, out: Path) -> dict[str, Any]:
         cores=cores,
         jitter_cv={"generate": one["generate_s_cv"], "train": one["train_s_cv"]},
         oversubscribed_slowdown=crowded,
+        sync_generate_slowdown=in_sync,
     )
     extra = {"config": str(config_path), "model_bytes": size, "phase_means": measured,
+             "decode_batches_s": decoded,
              "probes_s": probes,
              "host": os.uname().nodename}  # fmt: skip
     costs.save(out, extra)

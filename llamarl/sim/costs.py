@@ -53,6 +53,9 @@ class Costs:
     jitter_cv: dict[str, float] = field(default_factory=dict)
     """Per role: coefficient of variation of one unit of its work from step to step (a batch,
     a training step); the simulator draws each duration around its mean with this spread."""
+    sync_generate_slowdown: float = 1.0
+    """A sync run's generation / a generator's alone, at the same batch and threads (the sync
+    process also holds the trainer's model, gradients and optimizer)."""
     handover_s: float = 0.0
     """Seconds a sync step spends handing the trained weights to its generation engine: 0 for
     llamarl's sync mode (the same model in process); a gather-and-broadcast elsewhere."""
@@ -89,6 +92,7 @@ class Costs:
                 cores=int(tree["cores"]),
                 oversubscribed_slowdown=float(tree.get("oversubscribed_slowdown", 1.0)),
                 jitter_cv={k: float(v) for k, v in tree.get("jitter_cv", {}).items()},
+                sync_generate_slowdown=float(tree.get("sync_generate_slowdown", 1.0)),
                 handover_s=float(tree.get("handover_s", 0.0)),
             )
         except (OSError, ValueError, KeyError, TypeError) as err:

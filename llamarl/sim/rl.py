@@ -243,7 +243,7 @@ def simulate_sync(layout: Layout, costs: Costs, lengths: Lengths, steps: int,
     ends, now = [], 0.0
     for _ in range(steps):
         drawn = lengths.draw(rng, sequences)
-        totals["generate"] += at.generate_s(sequences, max(drawn))
+        totals["generate"] += at.generate_s(sequences, max(drawn)) * costs.sync_generate_slowdown
         tokens = sum(drawn) + round(sequences * costs.prompt_tokens)
         totals["score"] += layout.prompts_per_step * costs.score_s_per_group
         totals["train"] += at.step_train_s(tokens)

@@ -4,6 +4,7 @@ bound, which no simulated group may exceed."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import statistics
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llamarl.bench.profile import fit
+from llamarl.bench.profile import decode_batches, fit
 from llamarl.config import parse_config
 from llamarl.sim.costs import Costs, Lengths, ThreadCosts
 from llamarl.sim.cpu import Cpu
@@ -96,29 +97,28 @@ def test_busy_processes_beyond_the_cores_share_them() -> None:
     assert finished == [("b", pytest.approx(1.5)), ("a", pytest.approx(1.75))]
 
 
-def test_the_profile_solves_its_cost_lines_from_a_run_and_its_double() -> None:
+def test_the_profile_solves_its_cost_lines_from_timed_batches_and_a_run_and_its_double() -> None:
     base = {"generation": {"num_samples": 4, "max_new_tokens": 10, "prompts_per_batch": 2},
             "trainer": {"prompts_per_step": 4}}  # fmt: skip
     truth = ThreadCosts(decode_s=0.002, decode_s_per_seq=0.0005, train_s=0.1,
                         train_s_per_token=0.001)  # fmt: skip
-    runs = []
-    for scale in (1, 2):  # sync decodes a step as one batch: 16, then 32 sequences
-        sequences, tokens = 16 * scale, 200 * scale
-        runs.append({"generate_s": truth.generate_s(sequences, 10),
-                     "train_s": truth.step_train_s(tokens), "score_s": 0.0, "num_tokens": tokens})  # fmt: skip
-    solved = fit(runs[0], runs[1], base)
+    runs = [{"generate_s": 9.0, "train_s": truth.step_train_s(tokens), "score_s": 0.0,
+             "num_tokens": tokens} for tokens in (200, 400)]  # fmt: skip
+    # A generator's batch (2 prompts, 8 sequences) and a sync step's (4 prompts, 16).
+    assert decode_batches(2, 4) == (2, 4) and decode_batches(4, 4) == (4, 8)
+    decode = [(n, truth.generate_s(n, 10)) for n in (8, 16)]
+    solved = fit(runs[0], runs[1], base, decode)
     for name in ("decode_s", "decode_s_per_seq", "train_s", "train_s_per_token"):
         assert getattr(solved, name) == pytest.approx(getattr(truth, name)), name
-    # With a run of one generator batch a step (2 prompts, 8 sequences), decoding is fitted
-    # through the generator's batch and the sync step's, where a curve and its line agree.
-    batch = {"generate_s": 0.05, "train_s": 0.0, "score_s": 0.0, "num_tokens": 100}
-    through = fit(runs[0], runs[1], base, batch)
-    assert through.generate_s(8, 10) == pytest.approx(0.05)
-    assert through.generate_s(16, 10) == pytest.approx(runs[0]["generate_s"])
-    assert through.train_s_per_token == pytest.approx(truth.train_s_per_token)
     # Training that grows faster than linearly: the line goes through the configured size.
-    steep = fit(runs[0], runs[1] | {"train_s": 3 * runs[0]["train_s"]}, base)
+    steep = fit(runs[0], runs[1] | {"train_s": 3 * runs[0]["train_s"]}, base, decode)
     assert steep.train_s == 0 and steep.step_train_s(200) == pytest.approx(runs[0]["train_s"])
+
+
+def test_a_sync_run_pays_its_measured_generation_slowdown() -> None:
+    cost = dataclasses.replace(costs(decode_s=0.01, train_s=0.5), sync_generate_slowdown=1.5)
+    predicted = simulate_sync(layout(), cost, FIXED, steps=20)
+    assert predicted.s_per_step == pytest.approx(LENGTH * 0.01 * 1.5 + 4 * 0.01 + 0.5)
 
 
 def test_sim_refuses_a_missing_or_malformed_profile_in_one_line(
