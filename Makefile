@@ -1,5 +1,5 @@
 # The two commands a new user needs: `make run` (the demo) and `make test` (lint, types, tests).
-# `make test-fast`: unit and contract tests only (under a minute on 2 cores), while editing.
+# `make test-fast`: unit and contract tests only (about a minute on 2 cores), while editing.
 VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
