@@ -7,8 +7,9 @@ banned, every completion max_new_tokens long), give the generation cost per deco
 fixed part and a part per sequence in the batch); two short sync runs of the config, as
 configured and with twice the prompts per step, give the training cost (a fixed part and a part
 per token). The sync run's generation against the generator's at the same batch gives the sync
-process's own slowdown (it also holds the trainer), charged to sync predictions. Scoring comes from the 1-thread run; staging and pulling a version of the
-model's size over the shared-memory transport from the weight-sync benchmark's rounds. The
+process's own slowdown (it also holds the trainer), charged to sync predictions. Scoring comes
+from the 1-thread run; staging and pulling a version of the model's size over the shared-memory
+transport from the weight-sync benchmark's rounds. The
 co-run slowdown: a generation batch repeated on one core beside a training step repeated on
 another, against each alone; and, with one process more than there are cores, how much slower
 than a fair share of the cores they run (switching and caches). The step-to-step spread of each phase in the 1-thread run (its
@@ -191,17 +192,17 @@ def profile(config_path: Path, work_dir: Path, out: Path) -> dict[str, Any]:
     length = config.generation.max_new_tokens
     alone = threads[cores].generate_s(per_step * samples, length)
     in_sync = measured[str(cores)]["x1"]["generate_s"] / alone
-    probe_tree = profile_tree(base, 1, config.trainer.prompts_per_step)
-    slowdown, crowded, probes = corun(probe_tree) if cores > 1 else ({}, 1.0, {})
+    slowdown, crowded, probes = (
+        corun(profile_tree(base, 1, per_step)) if cores > 1 else ({}, 1.0, {})
+    )
     size = model_bytes(base)
     rounds = transport_rounds("shm", "auto", size, 1, SYNC_ROUNDS, 16.0)
-    samples = config.trainer.prompts_per_step * config.generation.num_samples
     costs = Costs(
         threads=threads,
-        score_s_per_group=one["score_s"] / config.trainer.prompts_per_step,
+        score_s_per_group=one["score_s"] / per_step,
         stage_s=statistics.median(rounds["stage_s"]),
         pull_s=statistics.median(rounds["pull_s"]),
-        prompt_tokens=one["num_tokens"] / samples - config.generation.max_new_tokens,
+        prompt_tokens=one["num_tokens"] / (per_step * samples) - length,
         corun_slowdown=slowdown,
         cores=cores,
         jitter_cv={"generate": one["generate_s_cv"], "train": one["train_s_cv"]},
