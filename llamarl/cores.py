@@ -71,6 +71,14 @@ def split_cores(num_cores: int, num_generators: int, trainer_share: float) -> tu
     return trainer, max(1, (num_cores - trainer) // num_generators)
 
 
+def encoded_prompts(config: RunConfig, policy: Any, count: int) -> list[list[int]]:
+    """The first `count` training prompts of the config's task, encoded as a generator does."""
+    from llamarl.tasks import make_prompt_set
+
+    prompt_set = make_prompt_set(config.task, config.seed)
+    return [policy.encode_prompt(prompt_set.train_item(i).prompt) for i in range(count)]
+
+
 def work_probes(config: RunConfig) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """(generate, train): one generation batch of `probe` decode positions and one training
     step on full-length completions (a step's cost depends on shapes alone), as the roles run
@@ -79,13 +87,10 @@ def work_probes(config: RunConfig) -> tuple[Callable[[], Any], Callable[[], Any]
     from llamarl.engine.model import make_policy
     from llamarl.engine.sampling import sample
     from llamarl.learner import Learner
-    from llamarl.tasks import make_prompt_set
 
     gen = config.generation
     policy = make_policy(config.model, config.seed)
-    prompt_set = make_prompt_set(config.task, config.seed)
-    examples = [prompt_set.train_item(i) for i in range(gen.prompts_per_batch)]
-    prompts = [policy.encode_prompt(e.prompt) for e in examples]
+    prompts = encoded_prompts(config, policy, gen.prompts_per_batch)
     probe = min(PROBE_TOKENS, gen.max_new_tokens)
 
     def generate() -> Any:

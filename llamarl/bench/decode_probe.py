@@ -20,17 +20,16 @@ def _time_batches(tree: dict[str, Any], threads: int, prompts: int, out: Any) ->
     import torch
 
     from llamarl.config import parse_config
+    from llamarl.cores import encoded_prompts
     from llamarl.engine.model import make_policy
     from llamarl.engine.sampling import sample
-    from llamarl.tasks import make_prompt_set
 
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:threads]))
     torch.set_num_threads(threads)
     config = parse_config(tree)
     gen = config.generation
     policy = make_policy(config.model, config.seed)
-    prompt_set = make_prompt_set(config.task, config.seed)
-    encoded = [policy.encode_prompt(prompt_set.train_item(i).prompt) for i in range(prompts)]
+    encoded = encoded_prompts(config, policy, prompts)
     rng = torch.Generator().manual_seed(config.seed)
 
     def batch() -> None:

@@ -95,5 +95,4 @@ def recommendation(base: dict[str, Any], costs: Costs, steps: int) -> dict[str, 
     config = parse_config(layout_tree(base, 1, steps))
     cores = config.workers.num_cores or costs.cores
     layout = layout_of(config, cores, costs)
-    best: dict[str, Any] = sweep(layout, costs, lengths_of(config, None, 0.0), steps, cores)["best"]
-    return best
+    return dict(sweep(layout, costs, lengths_of(config, None, 0.0), steps, cores)["best"])

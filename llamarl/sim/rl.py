@@ -237,9 +237,7 @@ def simulate_sync(layout: Layout, costs: Costs, lengths: Lengths, steps: int,
     rng = random.Random(seed)
     at = costs.at(layout.cores)
     sequences = layout.prompts_per_step * layout.num_samples
-    totals = {"generate": 0.0, "score": 0.0, "train": 0.0}
-    if costs.handover_s:
-        totals["handover"] = 0.0
+    totals = {"generate": 0.0, "score": 0.0, "train": 0.0, "handover": 0.0}
     ends, now = [], 0.0
     for _ in range(steps):
         drawn = lengths.draw(rng, sequences)
@@ -247,12 +245,12 @@ def simulate_sync(layout: Layout, costs: Costs, lengths: Lengths, steps: int,
         tokens = sum(drawn) + round(sequences * costs.prompt_tokens)
         totals["score"] += layout.prompts_per_step * costs.score_s_per_group
         totals["train"] += at.step_train_s(tokens)
-        if costs.handover_s:
-            totals["handover"] += costs.handover_s
+        totals["handover"] += costs.handover_s
         now = sum(totals.values())
         ends.append(now)
     total = sum(totals.values())
-    idle = {phase: 1 - spent / total for phase, spent in totals.items()}
+    idle = {phase: 1 - spent / total for phase, spent in totals.items()
+            if spent or phase != "handover"}  # fmt: skip
     return Prediction("sync", step_time(ends), idle, {0: steps * layout.prompts_per_step})
 
 
