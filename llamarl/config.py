@@ -243,6 +243,12 @@ class GenerationConfig(_Section):
     """Sampling temperature; behaviour log-probs are taken under the tempered distribution."""
     top_p: float = Field(1.0, gt=0, le=1)
     """Nucleus sampling mass; see README for how truncation enters mu and pi."""
+    device: Literal["cpu", "cuda"] = "cpu"
+    """Where generators decode (and hold the weights they receive)."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """The generators' weight dtype: received float32 versions are cast to it on the way in
+    (bfloat16 halves their memory, like LlamaRL's lower-precision generators; the AIPO weight
+    corrects the mismatch)."""
 
     @model_validator(mode="after")
     def _fields_agree(self) -> GenerationConfig:
@@ -294,6 +300,17 @@ class TrainerConfig(_Section):
     micro_batch_tokens: int = Field(4096, ge=1, le=10_000_000)
     """Prompt + completion tokens per forward/backward pass; a step's groups are split into
     micro-batches of about this size (gradients accumulate), bounding activation memory."""
+    ranks: int = Field(1, ge=1, le=1024)
+    """Data-parallel trainer processes (`torchrun --nproc-per-node ranks`, DistributedDataParallel:
+    gloo on CPU, NCCL on CUDA). Each rank trains on its share of a step's groups, and each sends
+    its own shard of every version to the generators. Async runs only."""
+    ranks_timeout_s: float = Field(3600.0, gt=0, le=7 * 86400)
+    """How long a trainer rank waits for the next step from rank 0 (which waits for rollouts,
+    evaluates and checkpoints meanwhile) before it gives up."""
+    device: Literal["cpu", "cuda"] = "cpu"
+    """Where the trainer computes; cuda: rank r uses cuda:LOCAL_RANK."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """The trainer's parameter dtype (versions are sent as float32 either way)."""
 
 
 class StalenessConfig(_Section):
@@ -463,6 +480,12 @@ class RunConfig(_Section):
             raise FieldConflict(
                 ("generation.num_samples", "algorithm.advantage"),
                 f"{self.algorithm.advantage} needs 2 or more samples a prompt to learn anything",
+            )
+        if self.trainer.ranks > self.trainer.prompts_per_step:
+            raise FieldConflict(
+                ("trainer.ranks", "trainer.prompts_per_step"),
+                f"{self.trainer.ranks} ranks share {self.trainer.prompts_per_step} groups a step; "
+                "every rank needs one at least",
             )
         model = self.model
         if model.path is None and self.generation.max_new_tokens >= model.max_position_embeddings:

@@ -54,6 +54,15 @@ def pin_cores(
     return pins
 
 
+def role_threads(config: RunConfig, role: str) -> int:
+    """torch threads for one process of `role`: the split's share (a trainer's divided between
+    its ranks), one for the roles the split leaves out."""
+    workers = config.workers
+    threads = {"trainer": workers.trainer_threads,
+               "generator": workers.generator_threads}.get(role) or 1  # fmt: skip
+    return max(1, threads // config.trainer.ranks) if role == "trainer" else threads
+
+
 def usable_cores() -> int:
     """Cores this process may run on (its CPU affinity, not the machine's count)."""
     return len(os.sched_getaffinity(0))

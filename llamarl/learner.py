@@ -6,13 +6,22 @@ pass computes each group's prompt once (`llamarl.engine.grouped`) in micro-batch
 `trainer.micro_batch_tokens` tokens; each micro-batch's loss is its share of the whole batch's
 loss, so accumulating their gradients gives exactly the one-pass gradient. AdamW runs fused
 (one kernel over all parameters) where the torch build has it, else multi-tensor (foreach).
+
+With several trainer ranks (`llamarl.parallel`) every rank is handed the whole step and trains
+on its share of the groups, each micro-batch's loss still its share of the whole step's, scaled
+by the number of ranks because DistributedDataParallel averages what it sums; the gradients
+are all-reduced once, in the last micro-batch's backward pass, so they equal the one-process
+gradients up to the order of floating-point sums. The step's statistics are summed over ranks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 
@@ -22,6 +31,7 @@ from llamarl.config import AlgorithmConfig, TrainerConfig
 from llamarl.engine.grouped import MicroBatch, TrainGroup, grouped_logprobs, micro_batches, stack
 from llamarl.engine.model import Policy
 from llamarl.errors import NonFiniteError
+from llamarl.parallel import TrainerRanks
 
 
 def make_optimizer(parameters: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.AdamW:
@@ -43,6 +53,14 @@ class _StepStats:
         self.ratio_sum = 0.0
         self.ratio_max: float | None = None
         self.clipped = 0.0
+
+    def reduce(self, ranks: TrainerRanks) -> None:
+        """Every rank's sums, added up (and the largest ratio of all)."""
+        sums = [self.loss, self.kl, self.entropy, self.mismatch, self.ratio_sum, self.clipped]
+        (self.loss, self.kl, self.entropy, self.mismatch, self.ratio_sum,
+         self.clipped) = ranks.sum(sums)  # fmt: skip
+        top = ranks.max([-math.inf if self.ratio_max is None else self.ratio_max])[0]
+        self.ratio_max = None if top == -math.inf else top
 
     def add(self, batch: MicroBatch, loss: float, kl: float, logp: torch.Tensor,
             entropy: torch.Tensor, ratio: torch.Tensor, clipped: torch.Tensor) -> None:  # fmt: skip
@@ -68,8 +86,15 @@ class Learner:
         temperature: float,
         reference: Policy | None = None,
         min_new_tokens: int = 0,
+        ranks: TrainerRanks | None = None,
     ) -> None:
         self.policy = policy
+        self.ranks = ranks
+        self._forward = policy
+        """The policy the loss is computed with: under DistributedDataParallel with ranks."""
+        if ranks is not None:  # wrapping gives every rank rank 0's weights
+            wrapped: Any = ranks.wrap(policy.model)
+            self._forward = dataclasses.replace(policy, model=wrapped)
         self.algorithm = algorithm
         self.trainer = trainer
         self.temperature = temperature
@@ -90,23 +115,52 @@ class Learner:
         num_rows = sum(int(g.completion_ids.shape[0]) for g in groups)
         stats = _StepStats()
         self.optimizer.zero_grad(set_to_none=True)
-        for members in micro_batches(groups, self.trainer.micro_batch_tokens):
+        ranks = self.ranks
+        mine = ranks.mine(len(groups)) if ranks is not None else list(range(len(groups)))
+        scale = ranks.world if ranks is not None else 1
+        cuts = micro_batches([groups[i] for i in mine], self.trainer.micro_batch_tokens)
+        for index, cut in enumerate(cuts):
+            members = [mine[i] for i in cut]
             batch = stack([groups[i] for i in members])
-            logp, entropy = self._logprobs(self.policy, batch)
-            ref_logp = None
-            if self.reference is not None:
-                with torch.no_grad():
-                    ref_logp, _ = self._logprobs(self.reference, batch)
-            terms = token_terms(
-                algorithm.loss, logp, batch.behaviour_logprobs, advantages[members].flatten(),
-                rho=algorithm.rho, clip_eps=algorithm.clip_eps, ref_logp=ref_logp,
-                kl_coef=algorithm.kl_coef,
-            )  # fmt: skip
-            share = (batch.completion_mask, algorithm.aggregation, num_tokens, num_rows)
-            loss = aggregate(terms.per_token, *share)
-            loss.backward()
-            kl = 0.0 if terms.kl is None else float(aggregate(terms.kl.detach(), *share))
+            with self._gradient_sync(last=index == len(cuts) - 1):
+                loss, kl, logp, entropy, terms = self._loss(batch, advantages[members], num_tokens,
+                                                            num_rows)  # fmt: skip
+                (loss * scale).backward()
             stats.add(batch, float(loss.detach()), kl, logp, entropy, terms.ratio, terms.clipped)
+        if ranks is not None:
+            stats.reduce(ranks)
+        return self._update(stats, rewards, num_tokens)
+
+    def _gradient_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
+        """With ranks, gradients are all-reduced in the last micro-batch's backward only."""
+        if self.ranks is None or last:
+            return contextlib.nullcontext()
+        return self._forward.model.no_sync()  # type: ignore[operator]
+
+    def _loss(
+        self, batch: MicroBatch, advantages: torch.Tensor, num_tokens: float, num_rows: int
+    ) -> tuple[torch.Tensor, float, torch.Tensor, torch.Tensor, Any]:
+        """A micro-batch's share of the step's loss, its KL share and its per-token terms."""
+        algorithm = self.algorithm
+        logp, entropy = self._logprobs(self._forward, batch)
+        ref_logp = None
+        if self.reference is not None:
+            with torch.no_grad():
+                ref_logp, _ = self._logprobs(self.reference, batch)
+        terms = token_terms(
+            algorithm.loss, logp, batch.behaviour_logprobs, advantages.flatten(),
+            rho=algorithm.rho, clip_eps=algorithm.clip_eps, ref_logp=ref_logp,
+            kl_coef=algorithm.kl_coef,
+        )  # fmt: skip
+        share = (batch.completion_mask, algorithm.aggregation, num_tokens, num_rows)
+        loss = aggregate(terms.per_token, *share)
+        kl = 0.0 if terms.kl is None else float(aggregate(terms.kl.detach(), *share))
+        return loss, kl, logp, entropy, terms
+
+    def _update(
+        self, stats: _StepStats, rewards: torch.Tensor, num_tokens: float
+    ) -> dict[str, float]:
+        """Clip, step (unless something is non-finite) and report."""
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.policy.model.parameters(), self.trainer.max_grad_norm
         )

@@ -13,7 +13,8 @@ from collections.abc import Callable
 import structlog
 import torch
 
-from llamarl.config import apply_overrides, load_config, parse_config
+from llamarl.config import RunConfig, apply_overrides, load_config, parse_config
+from llamarl.cores import role_threads
 from llamarl.errors import ConfigError
 from llamarl.log import configure_logging
 from llamarl.metrics_export import serve_metrics
@@ -33,6 +34,15 @@ def parse_worker_args(role: str, argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def load_worker_config(role: str, args: argparse.Namespace) -> RunConfig:
+    """The config the worker's arguments name, with their overrides; sets torch's threads to
+    the role's (a trainer's shared by its ranks). ConfigError when it is not valid."""
+    apply_overrides(args.overrides)
+    config = load_config(args.config) if args.config else parse_config({})
+    torch.set_num_threads(role_threads(config, role))
+    return config
+
+
 def run_worker(role: str, argv: list[str] | None, body: Callable[[RoleRuntime], None]) -> int:
     """Connect the role's runtime, run `body`, always close. Exit codes: 0 done, 2 bad config,
     3 Redis unreachable past `redis.connect_deadline_s`, the broker silent past
@@ -41,11 +51,7 @@ def run_worker(role: str, argv: list[str] | None, body: Callable[[RoleRuntime], 
     worker_id = args.worker_id or f"{role}-{socket.gethostname()[:32]}-{os.getpid()}"
     configure_logging(role, worker_id, args.log_format)
     try:
-        apply_overrides(args.overrides)
-        config = load_config(args.config) if args.config else parse_config({})
-        threads = {"trainer": config.workers.trainer_threads,
-                   "generator": config.workers.generator_threads}.get(role)  # fmt: skip
-        torch.set_num_threads(threads or 1)
+        config = load_worker_config(role, args)
         runtime = connect(role, config, worker_id)
         runtime.register()
         if args.metrics_port is not None:

@@ -1,22 +1,73 @@
 """`llamarl worker trainer`: gather scored groups, enforce staleness, train, publish versions
-(`llamarl.roles.trainer`); writes RUN_DIR/summary.json and the final model when it ends."""
+(`llamarl.roles.trainer`); writes RUN_DIR/summary.json and the final model when it ends.
+
+Started by torchrun with several ranks (`trainer.ranks`), rank 0 is that trainer and every other
+rank follows it (`llamarl.roles.trainer_follower`)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+
+import structlog
+
+from llamarl.errors import ConfigError
+from llamarl.log import configure_logging
+from llamarl.parallel import TrainerRanks
 from llamarl.roles import build
 from llamarl.roles.runtime import RoleRuntime
-from workers.common import run_worker
+from llamarl.store import RedisStore
+from workers.common import load_worker_config, parse_worker_args, run_worker
+
+log = structlog.get_logger(__name__)
 
 
 def train(runtime: RoleRuntime) -> None:
-    trainer = build.trainer(runtime)
+    config = runtime.config
+    ranks = TrainerRanks.from_env(config.trainer.device, config.trainer.ranks_timeout_s,
+                                  config.run_id)  # fmt: skip
+    trainer = build.trainer(runtime, ranks=ranks)
     try:
         trainer.run("async")
     finally:
         trainer.close()
+        if ranks is not None:
+            ranks.close()
+
+
+def run_rank(argv: list[str] | None) -> int:
+    """A rank other than 0: follow rank 0 until it says stop. SIGTERM does not end it: torchrun
+    signals every rank, and rank 0 then stops the others once it has checkpointed."""
+    args = parse_worker_args("trainer", argv)
+    rank = int(os.environ["RANK"])
+    configure_logging("trainer", f"{args.worker_id or 'trainer'}-rank{rank}", args.log_format)
+    try:
+        config = load_worker_config("trainer", args)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda num, _: log.info("signal; waiting for rank 0 to stop",
+                                                      signal=signal.Signals(num).name))  # fmt: skip
+    ranks = TrainerRanks.from_env(config.trainer.device, config.trainer.ranks_timeout_s,
+                                  config.run_id)  # fmt: skip
+    assert ranks is not None, "RANK > 0 under a world of one"
+    assert config.redis.url is not None, "the launcher gives every trainer rank redis.url"
+    store = RedisStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
+    follower = build.trainer_follower(config, ranks, store)
+    try:
+        follower.run()
+    finally:
+        follower.close()
+        store.close()
+        ranks.close()
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    if int(os.environ.get("RANK", "0")) > 0:
+        return run_rank(argv)
     return run_worker("trainer", argv, train)
 
 

@@ -114,6 +114,13 @@ def make_policy(config: ModelConfig, seed: int) -> Policy:
     return policy
 
 
+def place(policy: Policy, device: str | torch.device, dtype: str) -> Policy:
+    """The policy with its model moved to `device` and cast to `dtype` (torch's name), in place."""
+    model: torch.nn.Module = policy.model
+    model.to(device=torch.device(device), dtype=getattr(torch, dtype))
+    return policy
+
+
 def save_policy(
     policy: Policy, directory: str | Path, state_dict: dict[str, torch.Tensor] | None = None
 ) -> None:

@@ -14,15 +14,16 @@ from pathlib import Path
 import torch
 
 from llamarl.bus import BusClient
-from llamarl.checkpoint import CheckpointStore
+from llamarl.checkpoint import CheckpointStore, Restored
 from llamarl.config import RunConfig, writable_run_dir
 from llamarl.curve import load_curve
-from llamarl.engine.model import Policy, make_policy
+from llamarl.engine.model import Policy, make_policy, place
 from llamarl.errors import ConfigError
 from llamarl.evaluate import Evaluation, evaluate
 from llamarl.learner import Learner
-from llamarl.limits import Rejections
+from llamarl.limits import RejectHook, Rejections
 from llamarl.net import BrokerEndpoints
+from llamarl.parallel import TrainerRanks
 from llamarl.rewards import make_verifier
 from llamarl.rewards.custom import load_reward
 from llamarl.rewards.reward_model import RewardModelScorer
@@ -32,6 +33,7 @@ from llamarl.roles.reward import RewardScorer
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.roles.trainer import Trainer
 from llamarl.roles.trainer_durability import Checkpointer
+from llamarl.roles.trainer_follower import TrainerFollower
 from llamarl.sft import starting_policy
 from llamarl.store import RedisStore, RejectCounts
 from llamarl.tasks import make_prompt_set
@@ -42,6 +44,7 @@ from llamarl.weightsync import (
     make_publisher,
     make_receiver,
 )
+from llamarl.weightsync.flat import WHOLE, Shard
 from llamarl.weightsync.messages import MAX_WORKER_ID
 
 
@@ -91,8 +94,8 @@ def rejections_of(role: str, config: RunConfig, store: RejectCounts) -> Rejectio
 def generator(
     runtime: RoleRuntime, receiver: WeightReceiver | None = None, policy: Policy | None = None
 ) -> Generator:
-    """A generator with its own policy (or `policy`, shared with a trainer in the same process)
-    and its own sampling stream, seeded from the run's seed and its worker id."""
+    """A generator with its own policy on `generation.device` in `generation.dtype` (or
+    `policy`, shared with a trainer in the same process) and its own sampling stream, seeded from the run's seed and its worker id."""
     config = runtime.config
     if receiver is None:
         curve = load_curve(config.broker.curve_keys)
@@ -101,6 +104,8 @@ def generator(
     if policy is None:
         with runtime.keep_alive("starting"):
             policy = make_policy(config.model, config.seed)
+        gen = config.generation
+        place(policy, gen.device, gen.dtype)
     return Generator(
         runtime,
         policy,
@@ -128,41 +133,87 @@ def reward(runtime: RoleRuntime) -> RewardScorer:
     return RewardScorer(runtime, scorer)
 
 
-def trainer(runtime: RoleRuntime, publisher: WeightPublisher | None = None) -> Trainer:
-    """The trainer, resumed from its run's newest checkpoint when there is one. Its wall clock
-    starts here, before the model is loaded or warm-started."""
+def checkpoint_store(config: RunConfig) -> CheckpointStore:
+    return CheckpointStore(
+        Path(config.run_dir) / "checkpoints", config.run_id, config.trainer.keep_checkpoints
+    )
+
+
+def learner(
+    config: RunConfig,
+    policy: Policy,
+    restored: Restored | None,
+    ranks: TrainerRanks | None,
+) -> Learner:
+    """The learner on `policy` placed where the trainer computes, with the restored reference
+    model and optimizer state (under DistributedDataParallel with ranks)."""
+    trainer_config = config.trainer
+    device = ranks.device if ranks is not None else torch.device(trainer_config.device)
+    place(policy, device, trainer_config.dtype)
+    reference = restored.reference if restored is not None else None
+    if reference is not None:
+        place(reference, device, trainer_config.dtype)
+    gen = config.generation
+    built = Learner(
+        policy, config.algorithm, trainer_config, gen.temperature, reference,
+        min_new_tokens=gen.min_new_tokens, ranks=ranks,
+    )  # fmt: skip
+    if restored is not None:
+        built.optimizer.load_state_dict(restored.optimizer_state)
+    return built
+
+
+def shard_publisher(config: RunConfig, ranks: TrainerRanks | None,
+                    on_reject: RejectHook | None) -> WeightPublisher:  # fmt: skip
+    """This trainer rank's end of the weight transport, for its own shard of each version."""
+    shard = Shard(ranks.rank, ranks.world) if ranks is not None else WHOLE
+    curve = load_curve(config.broker.curve_keys)
+    return make_publisher(config.sync, config.run_id, curve, on_reject, shard)
+
+
+def trainer(
+    runtime: RoleRuntime,
+    publisher: WeightPublisher | None = None,
+    ranks: TrainerRanks | None = None,
+) -> Trainer:
+    """The trainer (rank 0 of `ranks`), resumed from its run's newest checkpoint when there is
+    one. Its wall clock starts here, before the model is loaded or warm-started."""
     started = runtime.clock()
     config = runtime.config
     prompt_set = make_prompt_set(config.task, config.seed)
-    checkpoints = CheckpointStore(
-        Path(config.run_dir) / "checkpoints", config.run_id, config.trainer.keep_checkpoints
-    )
+    checkpoints = checkpoint_store(config)
     with runtime.keep_alive("starting") as phase:  # loading or warm-starting can take minutes
         latest = checkpoints.latest()
         restored = checkpoints.load(latest) if latest is not None else None
         if restored is not None:
-            policy, reference = restored.policy, restored.reference
+            policy = restored.policy
         else:
-            policy, reference = starting_policy(config, prompt_set, phase.report), None
-    gen = config.generation
-    learner = Learner(
-        policy, config.algorithm, config.trainer, gen.temperature, reference,
-        min_new_tokens=gen.min_new_tokens,
-    )  # fmt: skip
-    if restored is not None:
-        learner.optimizer.load_state_dict(restored.optimizer_state)
+            policy = starting_policy(config, prompt_set, phase.report)
+    learner_ = learner(config, policy, restored, ranks)
     if publisher is None:
-        curve = load_curve(config.broker.curve_keys)
-        publisher = make_publisher(config.sync, config.run_id, curve, runtime.rejections.record)
+        publisher = shard_publisher(config, ranks, runtime.rejections.record)
     held_out = prompt_set.eval_items()
     verifier = make_verifier(config.task.verifier)
 
     def held_out_evaluation() -> Evaluation:
         with runtime.keep_alive("evaluating") as phase:
+            gen = config.generation
             return evaluate(policy, held_out, verifier, gen.max_new_tokens, gen.min_new_tokens,
                             listener=phase.report)  # fmt: skip
 
     checkpointer = Checkpointer(checkpoints, runtime.store, config.trainer.checkpoint_every)
     return Trainer(
-        runtime, learner, publisher, checkpointer, held_out_evaluation, restored, started
+        runtime, learner_, publisher, checkpointer, held_out_evaluation, restored, started, ranks
     )
+
+
+def trainer_follower(config: RunConfig, ranks: TrainerRanks, store: RedisStore) -> TrainerFollower:
+    """A trainer rank other than 0: the model of the newest checkpoint (or a fresh one: its
+    weights come from rank 0 when the learner wraps it), its shard's publisher."""
+    checkpoints = checkpoint_store(config)
+    latest = checkpoints.latest()
+    restored = checkpoints.load(latest) if latest is not None else None
+    policy = restored.policy if restored is not None else make_policy(config.model, config.seed)
+    return TrainerFollower(ranks, learner(config, policy, restored, ranks),
+                           shard_publisher(config, ranks, None), store,
+                           config.sync.timeout_s)  # fmt: skip

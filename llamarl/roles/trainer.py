@@ -7,11 +7,16 @@ written to RUN_DIR/trained.jsonl (ticket, rollout id, staleness) so a run can be
 is written before the ticket is ended, so a crash never ends a ticket that the journal lacks.
 Checkpoints and resume: `llamarl.roles.trainer_durability`. A new version is staged (one copy of
 the weights) in the loop and checksummed, exposed, recorded and announced on a thread of its own.
+
+With several ranks (`llamarl.parallel`) this is rank 0: it orders the other ranks to train each
+step's groups and to publish each version (`llamarl.roles.trainer_follower`), publishes its own
+shard, and announces a version once every rank has recorded its shard in the store.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,11 +27,12 @@ from llamarl.background import LatestOnly
 from llamarl.bus import Bus, WorkQueue
 from llamarl.checkpoint import Restored, TrainerState
 from llamarl.engine.model import save_policy
-from llamarl.errors import ProtocolError
+from llamarl.errors import ProtocolError, SyncError
 from llamarl.evaluate import Evaluation
 from llamarl.export import FINAL_MODEL
 from llamarl.learner import Learner
 from llamarl.metric_sinks import make_metrics
+from llamarl.parallel import Order, TrainerRanks
 from llamarl.protocol import Control, ScoredGroup, VersionAnnouncement
 from llamarl.roles.admission import check_scored
 from llamarl.roles.runtime import RoleRuntime
@@ -35,9 +41,12 @@ from llamarl.rollouts import oldest_version, train_group
 from llamarl.ticket_book import TicketBook
 from llamarl.topics import CONTROL, SCORED, VERSIONS
 from llamarl.weightsync import Staged, WeightPublisher
+from llamarl.weightsync.base import Meta
+from llamarl.weightsync.messages import join_shards
 
 log = structlog.get_logger(__name__)
 POLL_MS = 20
+SHARD_POLL_S = 0.005
 
 
 class Trainer:
@@ -50,8 +59,10 @@ class Trainer:
         evaluate: Callable[[], Evaluation],
         restored: Restored | None,
         started: float,
+        ranks: TrainerRanks | None = None,
     ) -> None:
         self.runtime = runtime
+        self.ranks = ranks
         self.started = started
         """When the trainer's wall clock (`wall_s`) starts: before its model was built."""
         self.learner = learner
@@ -92,6 +103,8 @@ class Trainer:
     def publish(self) -> None:
         """Stage the current version (one copy of the weights) for the publisher thread."""
         started = self.runtime.clock()
+        if self.ranks is not None:
+            self.ranks.send(Order("publish", policy_version=self.policy_version))
         self.versions.submit(self.publisher.stage(self.policy.model, self.policy_version))
         self.runtime.add_time("stage_s", started)
         structlog.contextvars.bind_contextvars(policy_version=self.policy_version)
@@ -99,17 +112,42 @@ class Trainer:
     def _announce(self, staged: Staged) -> None:
         """On the publisher thread: checksum and expose, record in the store, announce."""
         meta = self.publisher.publish(staged)
+        if self.ranks is not None:
+            joined = self._join_shards(staged.policy_version, meta)
+            if joined is None:  # a rank skipped to a newer version: that one is announced next
+                return
+            meta = joined
         self.runtime.store.publish_version(staged.policy_version, meta)
         if self._announce_bus is None:
             self._announce_bus = self.runtime.connect_bus()
         announcement = VersionAnnouncement(
             policy_version=staged.policy_version,
-            num_bytes=staged.num_bytes,
+            num_bytes=int(meta["num_bytes"]),
             checksum=str(meta["checksum"]),
             transport=str(meta["transport"]),
             endpoint=str(meta["endpoint"]),
         )
         self._announce_bus.publish(VERSIONS, announcement, staged.policy_version)
+
+    def _join_shards(self, policy_version: int, own: Meta) -> Meta | None:
+        """The version's metadata with every rank's shard, once each has recorded it (None when a
+        rank has moved past it); SyncError when one has not within `sync.timeout_s`."""
+        assert self.ranks is not None
+        deadline = time.monotonic() + self.runtime.config.sync.timeout_s
+        while True:
+            shards = self.runtime.store.version_shards()
+            versions = [int(shards.get(r, {}).get("policy_version", -1))
+                        for r in range(1, self.ranks.world)]  # fmt: skip
+            if any(v > policy_version for v in versions):
+                return None
+            if all(v == policy_version for v in versions):
+                metas: list[Meta] = [own]
+                metas += [{**shards[r]} for r in range(1, self.ranks.world)]
+                return join_shards(metas)
+            if time.monotonic() > deadline:
+                raise SyncError(f"version {policy_version}: trainer ranks {versions} did not "
+                                "publish their shards in time")  # fmt: skip
+            time.sleep(SHARD_POLL_S)
 
     def start(self) -> None:
         """Resume (or start fresh), publish the first version, evaluate the starting policy."""
@@ -191,6 +229,8 @@ class Trainer:
         runtime.timer.busy()
         record: dict[str, Any] = {"step": self.step + 1, "policy_version": self.policy_version}
         started = runtime.clock()
+        if self.ranks is not None:
+            self.ranks.send(Order("step", step=self.step + 1, groups=tuple(batch)))
         with runtime.keep_alive("running", beat_now=False):  # an LLM's step can outlast the TTL
             record |= self.learner.step([train_group(item) for item in batch])
         record["train_s"] = runtime.add_time("train_s", started)
@@ -307,6 +347,8 @@ class Trainer:
         return summary
 
     def close(self) -> None:
+        if self.ranks is not None:  # the other ranks end with this one
+            self.ranks.stop_others()
         self.versions.close()
         self.checkpointer.close()
         if self._announce_bus is not None:

@@ -37,6 +37,15 @@ class VersionGate(Protocol):
         """Metadata of the latest version, every value as a string; empty before a publish."""
         ...
 
+    def put_version_shard(self, rank: int, meta: dict[str, Any]) -> None:
+        """Record the metadata (with its `policy_version`) of the newest shard a trainer rank has
+        published, for rank 0 to announce with its own (a trainer of several ranks)."""
+        ...
+
+    def version_shards(self) -> dict[int, dict[str, str]]:
+        """Each rank's newest shard metadata, as recorded, every value as a string."""
+        ...
+
     def claim_tickets(
         self,
         worker_id: str,

@@ -47,6 +47,7 @@ class MemoryStore:
         self._policy_version: int | None = None
         self._version_offset = 0
         self._version_meta: dict[str, str] = {}
+        self._version_shards: dict[int, dict[str, str]] = {}
         self._ledger = dict.fromkeys(LEDGER_FIELDS, 0)
         self._tickets: dict[int, str] = {}  # ticket_id -> open | trained | dropped_stale
         self._attempts: dict[int, int] = {}
@@ -87,6 +88,14 @@ class MemoryStore:
     def version_meta(self) -> dict[str, str]:
         with self._lock:
             return dict(self._version_meta)
+
+    def put_version_shard(self, rank: int, meta: dict[str, Any]) -> None:
+        with self._lock:
+            self._version_shards[rank] = {k: str(v) for k, v in meta.items()}
+
+    def version_shards(self) -> dict[int, dict[str, str]]:
+        with self._lock:
+            return {rank: dict(meta) for rank, meta in self._version_shards.items()}
 
     # -- admission gate, leases ------------------------------------------------------------
     def claim_tickets(

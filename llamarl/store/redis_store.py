@@ -23,6 +23,7 @@ a retry of a publish whose reply was lost is recognised by its id, not refused a
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -132,6 +133,17 @@ class RedisStore:
 
     def version_meta(self) -> dict[str, str]:
         return self._call("version meta", lambda: self.client.hgetall(self.key("version")))
+
+    def put_version_shard(self, rank: int, meta: dict[str, Any]) -> None:
+        """One JSON field per rank of the `version_shards` hash."""
+        value = json.dumps({k: str(v) for k, v in meta.items()})
+        key = self.key("version_shards")
+        self._call("put version shard", lambda: self.client.hset(key, str(rank), value))
+
+    def version_shards(self) -> dict[int, dict[str, str]]:
+        key = self.key("version_shards")
+        raw = self._call("version shards", lambda: self.client.hgetall(key))
+        return {int(rank): json.loads(value) for rank, value in raw.items()}
 
     # -- admission gate, leases, ledger ---------------------------------------------------
     def claim_tickets(

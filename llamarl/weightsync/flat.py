@@ -6,7 +6,14 @@ architecture. The checksum is xxh3-128: it runs faster than memcpy (blake2b, use
 0.3 GB/s), and it can be computed piece by piece as the pieces arrive.
 
 A generator swaps a received version in by binding: its weights become views into the received
-buffer, so the swap copies nothing (and the buffer it held before can take the next version).
+buffer, so the swap copies nothing (and the buffer it held before can take the next version). A
+generator that holds its weights in another dtype (bfloat16) or on another device copies them
+in instead, cast on the way (`assign`).
+
+A trainer of several ranks sends a version in shards (`Shard`): shard i of n is a run of whole
+weight objects, cut so the shards hold about equal numbers of values; shard 0 then shard 1 ...
+laid end to end are exactly the flat buffer, so every rank and every generator agrees on the
+cut from the architecture and n alone.
 """
 
 from __future__ import annotations
@@ -44,15 +51,57 @@ def weight_objects(model: torch.nn.Module) -> list[torch.Tensor]:
     return found
 
 
-def num_values(model: torch.nn.Module) -> int:
-    return sum(t.numel() for t in weight_objects(model))
+@dataclass(frozen=True)
+class Shard:
+    """Shard `index` of `count` (a trainer rank's part of each version)."""
+
+    index: int
+    count: int
 
 
-def copy_into(model: torch.nn.Module, out: torch.Tensor) -> None:
-    """Copy the model's weights into the flat float32 tensor `out` (one pass, no temporaries)."""
+WHOLE = Shard(0, 1)
+
+
+def shard_bounds(sizes: list[int], count: int) -> list[int]:
+    """Object indices where each of `count` shards starts (and, last, the end): runs of whole
+    objects, each ending at the first object that reaches its equal share of the values, and
+    none empty. SyncError when there are fewer objects than shards."""
+    if len(sizes) < count:
+        raise SyncError(f"{len(sizes)} weight tensors cannot be cut into {count} shards")
+    total = sum(sizes)
+    bounds = [0]
+    running = 0
+    for index, size in enumerate(sizes):
+        running += size
+        cut = len(bounds)  # the shard this object may end
+        if cut < count and running * count >= cut * total:
+            # leave at least one object for each shard still to come
+            bounds.append(min(index + 1, len(sizes) - (count - cut)))
+    bounds += [len(sizes)]
+    for i in range(1, len(bounds)):  # strictly increasing: no shard empty
+        bounds[i] = max(bounds[i], bounds[i - 1] + 1)
+    return bounds
+
+
+def shard_objects(model: torch.nn.Module, shard: Shard = WHOLE) -> list[torch.Tensor]:
+    """The weight objects of one shard, in flat order."""
+    objects = weight_objects(model)
+    if shard.count == 1:
+        return objects
+    bounds = shard_bounds([t.numel() for t in objects], shard.count)
+    return objects[bounds[shard.index] : bounds[shard.index + 1]]
+
+
+def num_values(model: torch.nn.Module, shard: Shard = WHOLE) -> int:
+    return sum(t.numel() for t in shard_objects(model, shard))
+
+
+def copy_into(model: torch.nn.Module, out: torch.Tensor, shard: Shard = WHOLE) -> None:
+    """Copy the model's weights (one shard of them) into the flat float32 tensor `out` (one pass,
+    no temporaries; weights of another dtype are cast to float32)."""
     offset = 0
     with torch.no_grad():
-        for tensor in weight_objects(model):
+        for tensor in shard_objects(model, shard):
             count = tensor.numel()
             out[offset : offset + count].copy_(tensor.detach().reshape(-1))
             offset += count
@@ -100,16 +149,37 @@ def verify(buffer: torch.Tensor, num_bytes: int, expected: str, peer: str) -> No
         raise SyncError(f"weights from {peer}: checksum mismatch")
 
 
-def bind_flat(model: torch.nn.Module, buffer: torch.Tensor) -> None:
-    """Make the model's weights views into a verified flat buffer (the swap; copies nothing).
-    The buffer must stay unchanged while the model uses it."""
+def assign(model: torch.nn.Module, pieces: list[torch.Tensor]) -> None:
+    """Make the model's weights the verified float32 `pieces` (the shards of a version, in
+    order; or one flat buffer). A float32 weight on the pieces' device becomes a view into them
+    (copies nothing; the pieces must then stay unchanged while the model uses them); any other
+    is copied in, cast to its dtype and moved to its device. SyncError, before anything
+    changes, when the sizes disagree or a weight would straddle two pieces."""
     objects = weight_objects(model)
-    total = sum(t.numel() for t in objects)
-    if total != buffer.numel():
-        raise SyncError(f"flat buffer has {buffer.numel()} values, model needs {total}")
-    offset = 0
+    mismatch = SyncError(
+        f"received {len(pieces)} piece(s) of {sum(p.numel() for p in pieces)} values, model needs "
+        f"{sum(t.numel() for t in objects)}, each weight within one piece"
+    )
+    places: list[tuple[torch.Tensor, int]] = []  # (piece, offset) of each object
+    piece, offset = 0, 0
+    for tensor in objects:
+        while piece < len(pieces) and offset == pieces[piece].numel():
+            piece, offset = piece + 1, 0
+        if piece == len(pieces) or offset + tensor.numel() > pieces[piece].numel():
+            raise mismatch
+        places.append((pieces[piece], offset))
+        offset += tensor.numel()
+    if piece != len(pieces) - 1 or offset != pieces[-1].numel():
+        raise mismatch
     with torch.no_grad():
-        for tensor in objects:
-            count = tensor.numel()
-            tensor.data = buffer[offset : offset + count].view(tensor.shape)
-            offset += count
+        for tensor, (source, start) in zip(objects, places, strict=True):
+            view = source[start : start + tensor.numel()].view(tensor.shape)
+            if tensor.dtype == view.dtype and tensor.device == view.device:
+                tensor.data = view
+            else:
+                tensor.data.copy_(view)
+
+
+def binds(model: torch.nn.Module, device: torch.device) -> bool:
+    """Whether `assign` binds the model to float32 pieces on `device` (rather than copying)."""
+    return all(t.dtype == torch.float32 and t.device == device for t in weight_objects(model))

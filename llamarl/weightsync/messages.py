@@ -27,16 +27,20 @@ MAX_ERROR_TEXT = 200
 
 @dataclass(frozen=True)
 class TransferRequest:
-    """A generator asks for the newest version."""
+    """A generator asks for one version (every shard of a version must be the same one)."""
 
     KIND: ClassVar[str] = "transfer_request"
     worker_id: str
     group: str
     """The pair group the generator holds from its last pull, "" for none."""
+    policy_version: int
+    """The version wanted: the server sends it if it still holds it."""
 
     def __post_init__(self) -> None:
         if not 0 < len(self.worker_id) <= MAX_WORKER_ID or len(self.group) > MAX_GROUP_NAME:
             raise ProtocolError("bad_schema", "worker_id or group of impossible length")
+        if self.policy_version < 0:
+            raise ProtocolError("bad_schema", "impossible version")
 
 
 @dataclass(frozen=True)
@@ -62,10 +66,13 @@ class TransferReply:
 
 @dataclass(frozen=True)
 class TransferRefusal:
-    """The server's answer when it cannot serve (no version yet, a bad request)."""
+    """The server's answer when it cannot serve (the version is not published yet, or no
+    longer held; a bad request)."""
 
     KIND: ClassVar[str] = "transfer_refusal"
     error: str
+    not_yet: bool
+    """The version asked for is newer than the server's: asking again soon will do."""
 
 
 def encode(message: Any) -> bytes:
@@ -97,10 +104,15 @@ def decode(data: bytes, *expected: type[Any]) -> Any:
     return from_wire(cls, wire["body"], cls.KIND)
 
 
+SHARD_SEPARATOR = " "
+"""Between the shards' endpoints (and checksums) of a version sent by several trainer ranks."""
+
+
 @dataclass(frozen=True)
 class Announced:
     """A version as a generator is told of it: the trainer's `publish` metadata plus the version,
-    all strings as Redis stores them."""
+    all strings as Redis stores them. A version in shards (a trainer of several ranks) lists
+    every shard's endpoint and checksum, in shard order, separated by SHARD_SEPARATOR."""
 
     policy_version: int
     transport: str
@@ -129,4 +141,25 @@ class Announced:
             )
         if announced.policy_version < 0 or announced.num_bytes <= 0:
             raise SyncError(f"version metadata out of range: {dict(meta)}")
+        if len(announced.checksums) not in (1, len(announced.endpoints)):
+            raise SyncError(f"version metadata: shard endpoints and checksums differ: {dict(meta)}")
         return announced
+
+    @property
+    def endpoints(self) -> list[str]:
+        return self.endpoint.split(SHARD_SEPARATOR)
+
+    @property
+    def checksums(self) -> list[str]:
+        return self.checksum.split(SHARD_SEPARATOR)
+
+
+def join_shards(metas: list[dict[str, str | int]]) -> dict[str, str | int]:
+    """One version's metadata from its shards' (in shard order): endpoints and checksums
+    listed, sizes summed."""
+    return {
+        "transport": metas[0]["transport"],
+        "endpoint": SHARD_SEPARATOR.join(str(m["endpoint"]) for m in metas),
+        "num_bytes": sum(int(m["num_bytes"]) for m in metas),
+        "checksum": SHARD_SEPARATOR.join(str(m["checksum"]) for m in metas),
+    }

@@ -1,8 +1,8 @@
 """Point-to-point transport over torch.distributed: gloo on CPUs, NCCL on GPUs.
 
 The trainer runs a `P2PWeightServer` thread: a ZeroMQ ROUTER (the sync control endpoint) and a
-TCPStore. A generator asks for the latest version; the server answers with its size, checksum and
-the name of the two-rank group (rank 0 trainer, rank 1 generator) that carries it, and the weights
+TCPStore. A generator asks for a version; the server answers with its size, checksum and the
+name of the two-rank group (rank 0 trainer, rank 1 generator) that carries it, and the weights
 go over in buckets with send/recv. The group is formed on a generator's first pull and kept for
 the next ones, so a pull costs the transfer alone; generators still join and leave freely (a group
 per generator, never a global world). A transfer that fails drops that generator's group and the
@@ -11,6 +11,11 @@ costs the trainer at most one timeout, and a trainer that does not answer raises
 it. Transfers are served one at a time. Control messages have schemas (llamarl.weightsync.messages):
 a malformed request is refused, answered and counted through `on_reject`; a malformed reply is a
 SyncError naming the server.
+
+A trainer of several ranks runs one server per rank, each serving its own shard
+(`flat.Shard`). A generator asks every shard's server for the same version, which each keeps
+for KEEP_VERSIONS publishes (a version a server has not published yet is refused as "not yet"
+and asked for again), and receives the shards side by side into one flat buffer.
 
 `PairGroupPublisher` / `PairGroupReceiver` are the two ends as `WeightPublisher` /
 `WeightReceiver`; gloo.py and nccl.py name them and set the device.
@@ -23,6 +28,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import urlparse
@@ -47,9 +53,12 @@ from llamarl.weightsync.base import (
     never_stop,
 )
 from llamarl.weightsync.flat import (
+    WHOLE,
     Checksum,
     FlatWeights,
-    bind_flat,
+    Shard,
+    assign,
+    binds,
     checksum,
     copy_into,
     num_values,
@@ -58,6 +67,9 @@ from llamarl.weightsync.messages import Announced, TransferRefusal, TransferRepl
 
 log = structlog.get_logger(__name__)
 POLL_MS = 100
+KEEP_VERSIONS = 2
+"""Versions a server keeps serving: a generator asking each rank's server for one version in
+turn still finds it after the next publish."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +111,7 @@ class P2PWeightServer:
         self._control = make_socket(self._ctx, zmq.ROUTER, 100, curve, server=True)
         port = self._control.bind_to_random_port(f"tcp://{host}")
         self.endpoint = f"tcp://{advertise_host or host}:{port}"
-        self._latest: FlatWeights | None = None
+        self._held: dict[int, FlatWeights] = {}
         self._sending: FlatWeights | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -116,34 +128,46 @@ class P2PWeightServer:
         return None if known is None else known[0]
 
     def publish(self, weights: FlatWeights) -> None:
-        """Make `weights` the version served from now on (a transfer in flight keeps its own)."""
+        """Serve `weights` from now on, and the KEEP_VERSIONS - 1 versions before it (a transfer
+        in flight keeps its own)."""
         with self._lock:
-            self._latest = weights
+            self._held[weights.policy_version] = weights
+            for old in sorted(self._held)[:-KEEP_VERSIONS]:
+                del self._held[old]
 
     def in_use(self, buffer: torch.Tensor) -> bool:
-        """Whether the server may still read `buffer` (the latest version or one being sent)."""
+        """Whether the server may still read `buffer` (a version it holds or one being sent)."""
         with self._lock:
-            held = (self._latest, self._sending)
+            held = [*self._held.values(), self._sending]
         return any(w is not None and w.buffer is buffer for w in held)
+
+    def _look_up(self, policy_version: int) -> FlatWeights | TransferRefusal:
+        with self._lock:
+            weights = self._sending = self._held.get(policy_version)
+            newest = max(self._held, default=-1)
+        if weights is not None:
+            return weights
+        if policy_version > newest:
+            return TransferRefusal(f"version {policy_version} is not published yet", True)
+        return TransferRefusal(f"version {policy_version} is no longer held", False)
 
     def _serve(self) -> None:
         while not self._stop.is_set():
             if not self._control.poll(POLL_MS):
                 continue
             identity, *frames = self._control.recv_multipart()
-            with self._lock:
-                weights = self._sending = self._latest
             try:
                 request = _parse_request(frames)
             except ProtocolError as err:  # refused and counted; the server keeps serving
                 if self.on_reject is not None:
                     self.on_reject("bad_sync_request", str(err)[:80])
-                self._answer(identity, TransferRefusal(f"bad request: {err}"))
+                self._answer(identity, TransferRefusal(f"bad request: {err}", False))
             else:
-                if weights is None:
-                    self._answer(identity, TransferRefusal("no version yet"))
+                found = self._look_up(request.policy_version)
+                if isinstance(found, TransferRefusal):
+                    self._answer(identity, found)
                 else:
-                    self._transfer(identity, request.worker_id, request.group, weights)
+                    self._transfer(identity, request.worker_id, request.group, found)
             with self._lock:
                 self._sending = None
 
@@ -201,6 +225,10 @@ def _parse_request(frames: list[bytes]) -> TransferRequest:
     return request
 
 
+class NotYet(SyncError):
+    """The server has not published the version asked for yet."""
+
+
 def _parse_reply(raw: bytes, endpoint: str) -> TransferReply:
     """The server's reply, checked; a refusal or a malformed reply is a SyncError naming it."""
     try:
@@ -208,15 +236,16 @@ def _parse_reply(raw: bytes, endpoint: str) -> TransferReply:
     except ProtocolError as err:
         raise SyncError(f"weight server at {endpoint}: malformed reply ({err})") from None
     if isinstance(reply, TransferRefusal):
-        raise SyncError(
+        refused = NotYet if reply.not_yet else SyncError
+        raise refused(
             f"trainer weight server at {endpoint}: {reply.error[: messages.MAX_ERROR_TEXT]}"
         )
     return reply
 
 
 class P2PReceiver:
-    """A generator's end: pulls versions from one trainer, keeping the pair group between pulls
-    (a new one is formed after a failure or when the server names another)."""
+    """A generator's end towards one weight server: pulls versions, keeping the pair group
+    between pulls (a new one is formed after a failure or when the server names another)."""
 
     def __init__(self, worker_id: str, backend: PairBackend, timeout_s: float,
                  curve: Curve | None = None, checksum: bool = True) -> None:  # fmt: skip
@@ -227,14 +256,29 @@ class P2PReceiver:
         self.curve = curve
         self._group: tuple[str, str, Any] | None = None  # (endpoint, name, group)
 
-    def _ask(self, endpoint: str, should_stop: StopCheck) -> TransferReply:
+    def ask(
+        self, endpoint: str, policy_version: int, should_stop: StopCheck = never_stop
+    ) -> TransferReply:
+        """Ask the server at `endpoint` for `policy_version` (again while it has not published
+        it yet, up to the timeout); its reply. The transfer must follow (`receive`)."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                return self._ask_once(endpoint, policy_version, should_stop, deadline)
+            except NotYet:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(POLL_MS / 1000)
+
+    def _ask_once(self, endpoint: str, policy_version: int, should_stop: StopCheck,
+                  deadline: float) -> TransferReply:  # fmt: skip
         ctx = zmq.Context()
         sock = make_socket(ctx, zmq.DEALER, 10, self.curve)
         try:
             sock.connect(endpoint)
             held = self._group[1] if self._group is not None and self._group[0] == endpoint else ""
-            sock.send_multipart([b"", messages.encode(TransferRequest(self.worker_id, held))])
-            deadline = time.monotonic() + self.timeout_s
+            request = TransferRequest(self.worker_id, held, policy_version)
+            sock.send_multipart([b"", messages.encode(request)])
             while not sock.poll(POLL_MS):
                 if should_stop():
                     raise SyncError(f"stopped while waiting for the weight server at {endpoint}")
@@ -259,26 +303,14 @@ class P2PReceiver:
         self._group = (endpoint, reply.group, group)
         return group
 
-    def fetch(
-        self,
-        endpoint: str,
-        should_stop: StopCheck = never_stop,
-        into: torch.Tensor | None = None,
-    ) -> tuple[int, torch.Tensor]:
-        """Pull the latest version from the trainer at `endpoint` into `into` (when it has the
-        right size; else into a new buffer), verified before it is returned. Each bucket is
-        checksummed while the next one is on its way. Waiting for the server's answer ends
-        early when `should_stop()` turns true."""
-        reply = self._ask(endpoint, should_stop)
-        device = self.backend.device
-        values = reply.num_bytes // 4
-        if into is None or into.numel() != values or into.device.type != device:
-            into = torch.empty(values, dtype=torch.float32, device=device)
+    def receive(self, endpoint: str, reply: TransferReply, into: torch.Tensor) -> None:
+        """Receive the version `reply` announced into `into` (of its size), verified: each
+        bucket is checksummed while the next one is on its way."""
         digest = Checksum()
         timeout = datetime.timedelta(seconds=self.timeout_s)
         try:
             group = self._pair(endpoint, reply)
-            spans = buckets(values, reply.bucket_values)
+            spans = buckets(into.numel(), reply.bucket_values)
             pending = None
             for tag, (start, end) in enumerate(spans):
                 if pending is None:
@@ -297,7 +329,23 @@ class P2PReceiver:
             ) from None
         if self.checksum and digest.hexdigest() != reply.checksum:
             raise SyncError(f"weights from {endpoint}: checksum mismatch")
-        return reply.policy_version, into
+
+    def fetch(
+        self,
+        endpoint: str,
+        policy_version: int,
+        should_stop: StopCheck = never_stop,
+        into: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Pull `policy_version` from the server at `endpoint` into `into` (when it has the right
+        size; else into a new buffer), verified."""
+        reply = self.ask(endpoint, policy_version, should_stop)
+        values = reply.num_bytes // 4
+        device = self.backend.device
+        if into is None or into.numel() != values or into.device.type != device:
+            into = torch.empty(values, dtype=torch.float32, device=device)
+        self.receive(endpoint, reply, into)
+        return into
 
     def close(self) -> None:
         """Let go of the pair group (the server drops its end after its next failed send)."""
@@ -316,8 +364,10 @@ class PairGroupPublisher(WeightPublisher[torch.Tensor]):
         config: GlooSync | NcclSync,
         curve: Curve | None = None,
         on_reject: RejectHook | None = None,
+        shard: Shard = WHOLE,
     ) -> None:
         super().__init__()
+        self.shard = shard
         self._pool: list[torch.Tensor] = []
         self._staged: set[int] = set()  # ids of pool buffers staged and not yet published
         self._server = P2PWeightServer(
@@ -332,8 +382,8 @@ class PairGroupPublisher(WeightPublisher[torch.Tensor]):
         self._closed = False
 
     def stage(self, model: torch.nn.Module, policy_version: int) -> Staged[torch.Tensor]:
-        buffer = self._free_buffer(num_values(model))
-        copy_into(model, buffer)
+        buffer = self._free_buffer(num_values(model, self.shard))
+        copy_into(model, buffer, self.shard)
         return Staged(policy_version, buffer.numel() * 4, buffer)
 
     def _free_buffer(self, num_floats: int) -> torch.Tensor:
@@ -368,43 +418,76 @@ class PairGroupPublisher(WeightPublisher[torch.Tensor]):
 
 class PairGroupReceiver(WeightReceiver[torch.Tensor]):
     """A generator's end: pulls land in the buffer the model held before the last swap, so after
-    the first two pulls none allocates memory. `sync.verify` auto or always: checksum; size:
-    sizes only (a trusted network, where TCP's own checksums suffice)."""
+    the first two pulls none allocates memory. The shards of a version from a trainer of several
+    ranks are received side by side (one thread each) into one flat buffer. `sync.verify` auto
+    or always: checksum; size: sizes only (a trusted network, where TCP's own checksums
+    suffice)."""
 
     backend: ClassVar[PairBackend]
 
     def __init__(self, config: GlooSync | NcclSync, worker_id: str, curve: Curve | None = None):
-        self._client = P2PReceiver(
-            worker_id, self.backend, config.timeout_s, curve, checksum=config.verify != "size"
-        )
+        self._config = config
+        self._worker_id = worker_id
+        self._curve = curve
+        self._clients: dict[str, P2PReceiver] = {}
         self._held: torch.Tensor | None = None
         self._spare: torch.Tensor | None = None
+
+    def _client(self, endpoint: str) -> P2PReceiver:
+        if endpoint not in self._clients:
+            config = self._config
+            self._clients[endpoint] = P2PReceiver(self._worker_id, self.backend, config.timeout_s,
+                                                  self._curve, checksum=config.verify != "size")  # fmt: skip
+        return self._clients[endpoint]
 
     def fetch(
         self, meta: Mapping[str, str], should_stop: StopCheck = never_stop
     ) -> tuple[int, torch.Tensor]:
         announced = Announced.parse(meta, self.name)
+        version = announced.policy_version
+        endpoints = announced.endpoints
+        replies = [self._client(e).ask(e, version, should_stop) for e in endpoints]
+        total = sum(reply.num_bytes for reply in replies)
+        if total != announced.num_bytes:
+            raise SyncError(f"version {version}: shards of {total} bytes, announced "
+                            f"{announced.num_bytes}")  # fmt: skip
         into, self._spare = self._spare, None
+        device = self.backend.device
+        if into is None or into.numel() * 4 != total or into.device.type != device:
+            into = torch.empty(total // 4, dtype=torch.float32, device=device)
+        pieces = []
+        offset = 0
+        for reply in replies:
+            pieces.append(into[offset : offset + reply.num_bytes // 4])
+            offset += reply.num_bytes // 4
+        jobs = list(zip(endpoints, replies, pieces, strict=True))
         try:
-            policy_version, buffer = self._client.fetch(announced.endpoint, should_stop, into)
+            if len(jobs) == 1:
+                self._client(endpoints[0]).receive(*jobs[0])
+            else:
+                with ThreadPoolExecutor(len(jobs), thread_name_prefix="shard") as pool:
+                    done = [pool.submit(self._client(e).receive, e, r, p) for e, r, p in jobs]
+                    for future in done:
+                        future.result()
         except SyncError:
             self._spare = into
             raise
-        if policy_version < announced.policy_version:
-            self._spare = buffer
-            raise SyncError(
-                f"weight server at {announced.endpoint} served version {policy_version}, "
-                f"older than the announced {announced.policy_version}"
-            )
-        return policy_version, buffer
+        return version, into
 
     def swap_in(self, model: torch.nn.Module, fetched: torch.Tensor) -> None:
-        """Bind the model to the fetched buffer; the one it held becomes the next pull's."""
-        bind_flat(model, fetched)
+        """Bind the model to the fetched buffer (the one it held becomes the next pull's); a
+        model of another dtype or device copies it in, and the buffer is free again at once."""
+        bound = binds(model, fetched.device)
+        assign(model, [fetched])
+        if not bound:
+            self._spare = fetched
+            return
         previous, self._held = self._held, fetched
         if previous is not None and previous is not fetched:
             self._spare = previous
 
     def close(self) -> None:
-        self._client.close()
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
         self._spare = None

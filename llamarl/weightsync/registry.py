@@ -20,6 +20,7 @@ from llamarl.curve import Curve
 from llamarl.errors import ConfigError
 from llamarl.limits import RejectHook
 from llamarl.weightsync.base import WeightPublisher, WeightReceiver
+from llamarl.weightsync.flat import WHOLE, Shard
 from llamarl.weightsync.gloo import GlooPublisher, GlooReceiver
 from llamarl.weightsync.local import LocalPublisher, LocalReceiver
 from llamarl.weightsync.nccl import NcclPublisher, NcclReceiver
@@ -30,27 +31,31 @@ from llamarl.weightsync.shm import ShmPublisher, ShmReceiver
 class Transport:
     """How to build the two ends of one transport from its config variant."""
 
-    publisher: Callable[[Any, str, Curve | None, RejectHook | None], WeightPublisher[Any]]
-    """(config, run_id, curve, on_reject) -> the trainer's end."""
+    publisher: Callable[[Any, str, Curve | None, RejectHook | None, Shard], WeightPublisher[Any]]
+    """(config, run_id, curve, on_reject, shard) -> the trainer's end (of one rank's shard)."""
     receiver: Callable[[Any, str, Curve | None], WeightReceiver[Any]]
     """(config, worker_id, curve) -> a generator's end."""
 
 
 TRANSPORTS: dict[str, Transport] = {
     "shm": Transport(
-        lambda config, run_id, curve, on_reject: ShmPublisher(run_id),
+        lambda config, run_id, curve, on_reject, shard: ShmPublisher(run_id, shard=shard),
         lambda config, worker_id, curve: ShmReceiver(config),
     ),
     "gloo": Transport(
-        lambda config, run_id, curve, on_reject: GlooPublisher(config, curve, on_reject),
+        lambda config, run_id, curve, on_reject, shard: GlooPublisher(
+            config, curve, on_reject, shard
+        ),
         lambda config, worker_id, curve: GlooReceiver(config, worker_id, curve),
     ),
     "nccl": Transport(
-        lambda config, run_id, curve, on_reject: NcclPublisher(config, curve, on_reject),
+        lambda config, run_id, curve, on_reject, shard: NcclPublisher(
+            config, curve, on_reject, shard
+        ),
         lambda config, worker_id, curve: NcclReceiver(config, worker_id, curve),
     ),
     "local": Transport(
-        lambda config, run_id, curve, on_reject: LocalPublisher(run_id),
+        lambda config, run_id, curve, on_reject, shard: LocalPublisher(run_id),
         lambda config, worker_id, curve: LocalReceiver(),
     ),
 }
@@ -83,10 +88,12 @@ def make_publisher(
     run_id: str,
     curve: Curve | None = None,
     on_reject: RejectHook | None = None,
+    shard: Shard = WHOLE,
 ) -> WeightPublisher[Any]:
-    """The trainer's end of the configured transport; `on_reject` counts malformed requests."""
+    """The trainer's end of the configured transport (for one rank's `shard` of each version);
+    `on_reject` counts malformed requests."""
     config = resolve_transport(sync_config)
-    return TRANSPORTS[config.transport].publisher(config, run_id, curve, on_reject)
+    return TRANSPORTS[config.transport].publisher(config, run_id, curve, on_reject, shard)
 
 
 def make_receiver(

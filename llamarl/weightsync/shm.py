@@ -12,6 +12,10 @@ and, with `sync.verify: always`, its checksum (auto and size check the size only
 file is complete by construction). The generator's weights are then bound to the mapped pages
 (`flat.bind_flat`): no copy at all, and every generator on the host shares one copy of the pages.
 `close` on the publisher unlinks every file it made.
+
+A trainer of several ranks publishes one file per rank and version, each holding that rank's
+shard (`flat.Shard`); a generator maps every shard's file and binds its weights across them
+(each weight lies within one shard), still without a copy.
 """
 
 from __future__ import annotations
@@ -37,7 +41,16 @@ from llamarl.weightsync.base import (
     WeightReceiver,
     never_stop,
 )
-from llamarl.weightsync.flat import bind_flat, checksum, copy_into, num_values, verify, verify_size
+from llamarl.weightsync.flat import (
+    WHOLE,
+    Shard,
+    assign,
+    checksum,
+    copy_into,
+    num_values,
+    verify,
+    verify_size,
+)
 from llamarl.weightsync.messages import Announced
 
 KEEP_VERSIONS = 3
@@ -87,10 +100,12 @@ def verify_size_on_disk(descriptor: int, num_bytes: int, path: Path) -> None:
 class ShmPublisher(WeightPublisher[StagedFile]):
     name = "shm"
 
-    def __init__(self, run_id: str, directory: str = "/dev/shm") -> None:
+    def __init__(self, run_id: str, directory: str = "/dev/shm", shard: Shard = WHOLE) -> None:
         super().__init__()
         self.directory = Path(directory)
-        self.prefix = f"llamarl-{run_id}-{os.getpid()}-v"
+        self.shard = shard
+        part = f"s{shard.index}-" if shard.count > 1 else ""
+        self.prefix = f"llamarl-{run_id}-{os.getpid()}-{part}v"
         self._remove_orphans(f"llamarl-{run_id}-")
         # The prepared file, made on the publisher thread and taken on the trainer's.
         self._next: tuple[Path, torch.Tensor] | None = None
@@ -135,10 +150,10 @@ class ShmPublisher(WeightPublisher[StagedFile]):
     def stage(self, model: torch.nn.Module, policy_version: int) -> Staged[StagedFile]:
         """Copy the weights into the prepared file (the trainer's only synchronous part)."""
         target = self.path(policy_version)
-        prepared, buffer = self._take_prepared(num_values(model) * 4)
+        prepared, buffer = self._take_prepared(num_values(model, self.shard) * 4)
         temp = target.with_suffix(".tmp")
         os.replace(prepared, temp)
-        copy_into(model, buffer)
+        copy_into(model, buffer, self.shard)
         staged = StagedFile(policy_version, temp, target, buffer)
         return Staged(policy_version, staged.num_bytes, staged)
 
@@ -163,8 +178,9 @@ class ShmPublisher(WeightPublisher[StagedFile]):
 
 
 def fetch_shm(endpoint: str, num_bytes: int, expected_checksum: str | None) -> torch.Tensor:
-    """Map a published version; SyncError when it is missing, of the wrong size or (when a
-    checksum is given) corrupted. The tensor reads the shared pages until it is dropped."""
+    """Map a published version (or shard); SyncError when it is missing, of the wrong size or
+    (when a checksum is given) corrupted. The tensor reads the shared pages until it is
+    dropped."""
     try:
         buffer = map_file(Path(endpoint), num_bytes, writable=False)
     except OSError as err:
@@ -176,9 +192,16 @@ def fetch_shm(endpoint: str, num_bytes: int, expected_checksum: str | None) -> t
     return buffer
 
 
-class ShmReceiver(WeightReceiver[torch.Tensor]):
-    """A generator's end: map the announced file and bind the model to its pages. A mapped
-    buffer is never reused for a later version (its pages are the trainer's file's)."""
+def _file_size(endpoint: str) -> int:
+    try:
+        return os.stat(endpoint).st_size
+    except OSError as err:
+        raise SyncError(f"weights at {endpoint}: {err.strerror}") from None
+
+
+class ShmReceiver(WeightReceiver[list[torch.Tensor]]):
+    """A generator's end: map the announced file (a file per shard) and bind the model to its
+    pages. A mapped buffer is never reused for a later version (its pages are the trainer's)."""
 
     name = "shm"
 
@@ -187,15 +210,25 @@ class ShmReceiver(WeightReceiver[torch.Tensor]):
 
     def fetch(
         self, meta: Mapping[str, str], should_stop: StopCheck = never_stop
-    ) -> tuple[int, torch.Tensor]:
+    ) -> tuple[int, list[torch.Tensor]]:
         announced = Announced.parse(meta, self.name)
-        expected = announced.checksum if self.always_checksum else None
-        return announced.policy_version, fetch_shm(
-            announced.endpoint, announced.num_bytes, expected
-        )
+        endpoints = announced.endpoints
+        if len(endpoints) == 1:
+            sizes = [announced.num_bytes]
+        else:
+            sizes = [_file_size(e) for e in endpoints]
+            if sum(sizes) != announced.num_bytes:
+                raise SyncError(f"version {announced.policy_version}: shard files of "
+                                f"{sum(sizes)} bytes, announced {announced.num_bytes}")  # fmt: skip
+        checksums = announced.checksums if self.always_checksum else [None] * len(endpoints)
+        pieces = [
+            fetch_shm(endpoint, size, expected)
+            for endpoint, size, expected in zip(endpoints, sizes, checksums, strict=True)
+        ]
+        return announced.policy_version, pieces
 
-    def swap_in(self, model: torch.nn.Module, fetched: torch.Tensor) -> None:
-        bind_flat(model, fetched)
+    def swap_in(self, model: torch.nn.Module, fetched: list[torch.Tensor]) -> None:
+        assign(model, fetched)
 
     def close(self) -> None:
         """Nothing held: the model's weights keep their mapping alive until they are replaced."""

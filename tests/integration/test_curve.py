@@ -120,11 +120,11 @@ def test_weight_server_serves_only_clients_with_the_keys(keys: Curve, stranger: 
         weights = torch.randn(5_000)
         server.publish(FlatWeights(3, weights, checksum(weights)))
         receiver = P2PReceiver("gen-0", GLOO, timeout_s=10, curve=keys)
-        version, got = receiver.fetch(server.endpoint)
-        assert version == 3 and torch.equal(got, weights)
+        got = receiver.fetch(server.endpoint, 3)
+        assert torch.equal(got, weights)
         for intruder in (None, stranger):
             with pytest.raises(SyncError, match="did not answer"):
-                P2PReceiver("gen-x", GLOO, timeout_s=2, curve=intruder).fetch(server.endpoint)
+                P2PReceiver("gen-x", GLOO, timeout_s=2, curve=intruder).fetch(server.endpoint, 3)
     finally:
         server.close()
 

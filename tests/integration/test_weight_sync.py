@@ -35,18 +35,24 @@ from llamarl.weightsync.shm import ShmPublisher, ShmReceiver, fetch_shm
 MODEL = ModelConfig(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128)
 
 
+def fetched_bytes(fetched: torch.Tensor | list[torch.Tensor]) -> bytes:
+    """The bytes a receiver fetched: one flat buffer (p2p) or the pieces of one (shm)."""
+    pieces = fetched if isinstance(fetched, list) else [fetched]
+    return b"".join(piece.numpy().tobytes() for piece in pieces)
+
+
 def receive_into_model(config: SyncConfig, meta: dict[str, str], worker_id: str, out) -> None:
     """A generator: pull, swap into its own model, report the swapped weights' checksum."""
     policy = build_policy(MODEL, seed=99)  # different init: equality proves the transfer
     receiver = make_receiver(config, worker_id)
     version, buffer = receiver.fetch(meta)
     receiver.swap_in(policy.model, buffer)
-    raw = buffer.numpy().tobytes()
+    raw = fetched_bytes(buffer)
     # A second pull: over gloo it reuses the pair group and lands in the buffer the model held
     # before (its original weights here); the model keeps the right weights throughout.
     again, second = receiver.fetch(meta)
     receiver.swap_in(policy.model, second)
-    assert again == version and second.numpy().tobytes() == raw
+    assert again == version and fetched_bytes(second) == raw
     out.put((worker_id, version, flatten(policy.model, version).checksum, raw))
 
 
@@ -107,7 +113,7 @@ def vanish_after_asking(endpoint: str) -> None:
     """A generator that asks for weights and dies before joining the transfer."""
     sock = zmq.Context().socket(zmq.DEALER)
     sock.connect(endpoint)
-    sock.send_multipart([b"", messages.encode(TransferRequest("doomed", ""))])
+    sock.send_multipart([b"", messages.encode(TransferRequest("doomed", "", 3))])
     sock.recv_multipart()
 
 
@@ -124,8 +130,8 @@ def test_transfer_to_a_dead_peer_fails_within_the_timeout_and_the_server_goes_on
         while server.num_failed == 0:
             assert time.monotonic() - gone < 2 + 5, "the dead peer stalled the server"
             time.sleep(0.05)
-        version, got = P2PReceiver("gen-ok", GLOO, timeout_s=10).fetch(server.endpoint)
-        assert version == 3 and torch.equal(got, buffer)
+        got = P2PReceiver("gen-ok", GLOO, timeout_s=10).fetch(server.endpoint, 3)
+        assert torch.equal(got, buffer)
         assert server.num_served == 1
     finally:
         server.close()
@@ -135,7 +141,7 @@ def test_unanswering_trainer_raises_naming_it() -> None:
     endpoint = f"tcp://127.0.0.1:{free_port_block(size=1)}"
     started = time.monotonic()
     with pytest.raises(SyncError, match=f"weight server at {endpoint} did not answer"):
-        P2PReceiver("gen-0", GLOO, timeout_s=1).fetch(endpoint)
+        P2PReceiver("gen-0", GLOO, timeout_s=1).fetch(endpoint, 0)
     assert time.monotonic() - started < 5
 
 
@@ -153,14 +159,14 @@ def test_pair_groups_are_kept_between_pulls_and_renewed_for_a_restarted_generato
         server.publish(FlatWeights(1, buffer, checksum(buffer)))
         receiver = P2PReceiver("gen-0", GLOO, timeout_s=5)
         for _ in range(2):
-            version, got = receiver.fetch(server.endpoint)
-            assert version == 1 and torch.equal(got, buffer)
+            got = receiver.fetch(server.endpoint, 1)
+            assert torch.equal(got, buffer)
         first_group = server.group_of("gen-0")
         _wait_until(lambda: server.num_served == 2)  # counted once the last send returned
         assert first_group is not None
         # The same worker id after a restart holds no group: the server must form a new one
         # instead of sending over the old one (which would fail after a timeout).
-        version, got = P2PReceiver("gen-0", GLOO, timeout_s=5).fetch(server.endpoint)
+        got = P2PReceiver("gen-0", GLOO, timeout_s=5).fetch(server.endpoint, 1)
         assert torch.equal(got, buffer)
         assert server.group_of("gen-0") not in (None, first_group)
         _wait_until(lambda: server.num_served == 3)
@@ -183,7 +189,7 @@ def test_a_generator_bound_to_shared_memory_shares_the_trainers_pages(tmp_path: 
         receiver.swap_in(generator.model, buffer)
         assert version == 1 and flatten(generator.model, 1).checksum == digest
         first = next(generator.model.parameters())
-        assert first.data_ptr() == buffer.data_ptr(), "bound to the mapped pages, not copied"
+        assert first.data_ptr() == buffer[0].data_ptr(), "bound to the mapped pages, not copied"
         with torch.no_grad():
             for param in trainer.model.parameters():
                 param.add_(1.0)
@@ -215,9 +221,9 @@ def test_malformed_requests_are_refused_answered_and_counted() -> None:
         ],  # fmt: skip
         [b"", msgpack.packb({"kind": "transfer_reply", "body": {}})],
         [b"", msgpack.packb(msgpack.ExtType(1, b"x"))],
-        [b"", messages.encode(TransferRequest("x", ""))],  # well formed: refused, not counted
-        [b"", messages.encode(TransferRequest("x", "")), b"extra"],
-        [b"not-empty", messages.encode(TransferRequest("x", ""))],
+        [b"", messages.encode(TransferRequest("x", "", 0))],  # well formed: refused, not counted
+        [b"", messages.encode(TransferRequest("x", "", 0)), b"extra"],
+        [b"not-empty", messages.encode(TransferRequest("x", "", 0))],
         [b"", b"\x00" * 5000],
     ]
     ctx = zmq.Context()
@@ -230,13 +236,13 @@ def test_malformed_requests_are_refused_answered_and_counted() -> None:
             assert sock.poll(5000), f"no answer to {frames!r:.60}"
             answer = messages.decode(sock.recv_multipart()[-1], TransferRefusal)
             assert isinstance(answer, TransferRefusal)
-        # The one well-formed request was refused for want of a version, not counted.
+        # The well-formed requests were refused for want of the version, not counted.
         assert len(rejected) == len(bad_requests) - 1
         assert {reason for reason, _ in rejected} == {"bad_sync_request"}
         buffer = torch.randn(3_000)
         server.publish(FlatWeights(2, buffer, checksum(buffer)))
-        version, got = P2PReceiver("gen-0", GLOO, timeout_s=5).fetch(server.endpoint)
-        assert version == 2 and torch.equal(got, buffer)
+        got = P2PReceiver("gen-0", GLOO, timeout_s=5).fetch(server.endpoint, 2)
+        assert torch.equal(got, buffer)
     finally:
         sock.close()
         ctx.term()
@@ -280,7 +286,7 @@ def answer_with(endpoint_out, reply: bytes) -> None:
             "impossible version or size",
         ),  # fmt: skip
         (msgpack.packb({"kind": "nonsense", "body": {}}), "unknown_kind"),
-        (messages.encode(TransferRefusal("no version yet")), "no version yet"),
+        (messages.encode(TransferRefusal("no longer held", False)), "no longer held"),
     ],
 )
 def test_a_malformed_or_refusing_reply_is_a_sync_error(reply: bytes, match: str) -> None:
@@ -289,5 +295,5 @@ def test_a_malformed_or_refusing_reply_is_a_sync_error(reply: bytes, match: str)
     server.start()
     endpoint = endpoints.get(timeout=10)
     with pytest.raises(SyncError, match=match):
-        P2PReceiver("gen-0", GLOO, timeout_s=10).fetch(endpoint)
+        P2PReceiver("gen-0", GLOO, timeout_s=10).fetch(endpoint, 1)
     server.join(10)

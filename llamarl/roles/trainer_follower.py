@@ -1,0 +1,69 @@
+"""A trainer rank other than 0: it trains and publishes what rank 0 orders, nothing else.
+
+It holds a replica of the model (DistributedDataParallel keeps it equal to rank 0's) and the
+optimizer, and follows `llamarl.parallel.Order`s: `step` trains on this rank's share of the
+groups (the gradients are summed over ranks inside the step), `publish` stages this rank's shard
+of the version, which its publisher thread exposes to the generators and records in the store
+(`put_version_shard`) for rank 0 to announce, and `stop` ends it. It has no bus, ledger,
+evaluation or checkpoints of its own: rank 0 keeps those for the whole trainer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from llamarl.background import LatestOnly
+from llamarl.learner import Learner
+from llamarl.parallel import TrainerRanks
+from llamarl.rollouts import train_group
+from llamarl.store import VersionGate
+from llamarl.weightsync import Staged, WeightPublisher
+
+log = structlog.get_logger(__name__)
+
+
+class TrainerFollower:
+    def __init__(
+        self,
+        ranks: TrainerRanks,
+        learner: Learner,
+        publisher: WeightPublisher[Any],
+        store: VersionGate,
+        timeout_s: float,
+    ) -> None:
+        self.ranks = ranks
+        self.learner = learner
+        self.publisher = publisher
+        self.store = store
+        self.timeout_s = timeout_s
+        self.steps = 0
+        self.versions = LatestOnly("shard-publisher", self._publish, publisher.discard)
+
+    def _publish(self, staged: Staged[Any]) -> None:
+        meta = self.publisher.publish(staged)
+        self.store.put_version_shard(
+            self.ranks.rank, meta | {"policy_version": staged.policy_version}
+        )
+
+    def run(self) -> int:
+        """Follow orders until rank 0 says stop; the steps trained."""
+        model = self.learner.policy.model
+        while True:
+            self.versions.check()
+            order = self.ranks.receive()
+            if order.op == "stop":
+                break
+            if order.op == "step":
+                self.learner.step([train_group(g) for g in order.groups])
+                self.steps += 1
+            elif order.op == "publish":
+                self.versions.submit(self.publisher.stage(model, order.policy_version))
+        self.versions.flush(self.timeout_s)
+        log.info("trainer rank stopped", rank=self.ranks.rank, steps=self.steps)
+        return self.steps
+
+    def close(self) -> None:
+        self.versions.close()
+        self.publisher.close()
