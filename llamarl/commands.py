@@ -105,6 +105,18 @@ def build_parser(
         action="store_true",
         help="carry on the stopped async run in RUN_DIR (its Redis data and checkpoints)",
     )
+    run.add_argument(
+        "--launcher",
+        choices=["local", "ray"],
+        default="local",
+        help="local: the roles as child processes; ray: each role as a Ray actor with its "
+        "resources (async only; pip install 'llamarl[ray]')",
+    )
+    run.add_argument(
+        "--ray-address",
+        help="the Ray cluster to join (default: auto when RAY_ADDRESS is set, else a local Ray "
+        "instance of this run's)",
+    )
     run.set_defaults(func=run_command)
 
     sft = sub.add_parser("sft", help="supervised warm-start; writes a transformers checkpoint")

@@ -2,7 +2,8 @@
 show progress from the store, end when the trainer finishes, and always stop every child.
 
 How a child is started (its command line, its environment) is the caller's: `spawn(role,
-worker_id)` returns the started process. A dead worker is restarted under the same id, up to
+worker_id)` returns the started process, a `WorkerProcess`: a child of the launcher, or one a Ray
+actor holds (`llamarl.ray_launch`). A dead worker is restarted under the same id, up to
 `workers.max_restarts` times each (the trainer resumes from its latest checkpoint); one restart
 too many ends the run, naming the role. Each child runs in its own session, so only the launcher
 signals it.
@@ -23,12 +24,19 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
+import torch
 
 from llamarl import supervise
-from llamarl.config import RunConfig, dump_config, unwritable_run_dir, writable_run_dir
+from llamarl.config import (
+    RunConfig,
+    dump_config,
+    unwritable_run_dir,
+    writable_run_dir,
+)
 from llamarl.cores import CoreSplit, set_affinity
 from llamarl.curve import load_curve
 from llamarl.engine.model import check_model_path
+from llamarl.errors import ConfigError
 from llamarl.export import FINAL_MODEL
 from llamarl.metric_sinks import check_sinks
 from llamarl.monitor import progress_line
@@ -47,7 +55,60 @@ WATCH_DEADLINE_S = 1.0
 CONFIG_EXIT = 2
 """A worker's exit code for a configuration it refuses (bad model path, transport, ...)."""
 RUN_FILES = ("metrics.jsonl", "trained.jsonl", "summary.json", SAMPLES_LOG)
-Spawn = Callable[[str, str], subprocess.Popen[bytes]]
+
+
+class WorkerProcess(Protocol):
+    """A started role process as the Supervisor sees it: a child of this process
+    (`LocalProcess`) or one a Ray actor holds (`llamarl.ray_launch.RayProcess`)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def terminate(self) -> None: ...
+
+    def stop(self, grace_s: float) -> int:
+        """SIGTERM, up to `grace_s`, then SIGKILL of it and what it started; its exit code."""
+        ...
+
+
+@dataclass
+class LocalProcess:
+    """A role process started on this host by `supervise.start`."""
+
+    popen: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def terminate(self) -> None:
+        self.popen.terminate()
+
+    def stop(self, grace_s: float) -> int:
+        return supervise.stop(self.popen, grace_s)
+
+
+Spawn = Callable[[str, str], WorkerProcess]
+
+
+def local_spawn(config: RunConfig, run_dir: Path, env: dict[str, str], config_path: str) -> Spawn:
+    """Start each role as a child of this process, its output in RUN_DIR/logs/<worker_id>.log:
+    in a session of its own (only the launcher signals it), and killed by the kernel should
+    the launcher die without stopping it."""
+
+    def spawn(role: str, worker_id: str) -> LocalProcess:
+        with open(run_dir / "logs" / f"{worker_id}.log", "ab") as log_file:
+            return LocalProcess(supervise.start(
+                worker_command(config, role, worker_id, config_path),
+                env=env, stdout=log_file, stderr=subprocess.STDOUT,
+            ))  # fmt: skip
+
+    return spawn
 
 
 class Services(Protocol):
@@ -86,10 +147,38 @@ def worker_env(split: CoreSplit, services: dict[str, str]) -> dict[str, str]:
             "LLAMARL__WORKERS__GENERATOR_THREADS": str(split.generator_threads)}  # fmt: skip
 
 
+def worker_command(config: RunConfig, role: str, worker_id: str, config_path: str) -> list[str]:
+    """The command line of one role's process: `python -m workers.<role>`, or for a trainer of
+    several ranks that under torchrun (`--standalone`: its own rendezvous on a free port)."""
+    command = ["-m", f"workers.{role}", "--config", config_path, "--worker-id", worker_id,
+               "--log-format", "json"]  # fmt: skip
+    ranks = config.trainer.ranks
+    if role == "trainer" and ranks > 1:
+        torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+        return [sys.executable, *torchrun, *command]
+    return [sys.executable, *command]
+
+
+def check_devices(config: RunConfig, mode: str) -> None:
+    """ConfigError naming the field when a role asks for CUDA on a machine without it, or the
+    synchronous baseline for several trainer ranks."""
+    for field, device in (("trainer.device", config.trainer.device),
+                          ("generation.device", config.generation.device)):  # fmt: skip
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(f"{field}: cuda, but this machine has no CUDA device; set cpu")
+    if mode == "sync" and config.trainer.ranks > 1:
+        raise ConfigError(
+            "trainer.ranks: the synchronous baseline runs one trainer process; set it to 1 "
+            "or run async"
+        )
+
+
 def preflight(config: RunConfig, mode: str) -> None:
     """What a launch can tell is wrong before it starts anything (ConfigError naming the field):
     a model or reward-model path that is not a model directory; CURVE keys that are not there;
-    a metrics sink whose package is missing; an async run on the in-process transport."""
+    a metrics sink whose package is missing; an async run on the in-process transport; a device
+    this machine lacks."""
+    check_devices(config, mode)
     check_model_path(config.model)
     load_curve(config.broker.curve_keys)
     if config.task.reward is not None:
@@ -119,7 +208,7 @@ def check_redis(config: RunConfig, url: str, timeout_s: float = 3.0) -> None:
 class Child:
     role: str
     worker_id: str
-    process: subprocess.Popen[bytes]
+    process: WorkerProcess
 
 
 def wait_all(children: list[Child], timeout_s: float) -> None:
@@ -131,13 +220,13 @@ def wait_all(children: list[Child], timeout_s: float) -> None:
 
 def stop_all(children: list[Child]) -> dict[str, int]:
     """SIGTERM every live child at once, SIGKILL (with what it started) what is left after the
-    timeout; their exit codes."""
+    timeout; their exit codes. Each is stopped where it runs (`WorkerProcess.stop`)."""
     for child in children:
         if child.process.poll() is None:
             child.process.terminate()
     deadline = time.monotonic() + STOP_TIMEOUT_S
     return {
-        child.worker_id: supervise.stop(child.process, max(0.1, deadline - time.monotonic()))
+        child.worker_id: child.process.stop(max(0.1, deadline - time.monotonic()))
         for child in children
     }
 

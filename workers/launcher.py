@@ -2,7 +2,8 @@
 
 `--mode sync` runs the synchronous baseline in this process (`llamarl.sync_run`). The default async
 mode starts a private Redis and broker (when the config names no Redis URL), then each role as
-`python -m workers.<role>` under `llamarl.launch`. A launch is a fresh run: it clears the run
+`python -m workers.<role>` under `llamarl.launch`; with `--launcher ray` each role's process is
+held by a Ray actor instead (`llamarl.ray_launch`). A launch is a fresh run: it clears the run
 directory's results, checkpoints and embedded Redis data; `--resume` keeps them and carries on a
 stopped run (Redis from its AOF, the trainer from its newest checkpoint).
 """
@@ -10,20 +11,27 @@ stopped run (Redis from its AOF, the trainer from its newest checkpoint).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
-import subprocess
 import sys
 from types import FrameType
 
 import torch
 
 from brokers.embedded import EmbeddedServices
-from llamarl import supervise
 from llamarl.config import load_config
 from llamarl.cores import plan_threads, usable_cores
-from llamarl.launch import check_redis, preflight, prepare_run_dir, run_roles, worker_env
+from llamarl.launch import (
+    check_redis,
+    local_spawn,
+    preflight,
+    prepare_run_dir,
+    run_roles,
+    worker_env,
+)
 from llamarl.log import configure_logging
+from llamarl.ray_launch import check_launcher, ray_spawn
 from llamarl.sync_run import run_sync
 
 
@@ -37,6 +45,7 @@ def main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _interrupt)
     config = load_config(args.config)
     configure_logging("launcher", "launcher", args.log_format)
+    check_launcher(args.launcher, args.mode)
     preflight(config, args.mode)  # before any process starts, let alone restarts
     run_dir = prepare_run_dir(config, resume=args.mode == "async" and args.resume)
     if args.mode == "sync":
@@ -47,21 +56,17 @@ def main(args: argparse.Namespace) -> int:
     if config.redis.url is None:
         services = EmbeddedServices(run_dir, config.run_id, config.broker.curve_keys).start()
     split = plan_threads(config)
+    if args.launcher == "ray":
+        split = dataclasses.replace(split, pins={})  # Ray places the roles, not this host
     env = worker_env(split, services.env() if services is not None else {})
-
-    def spawn(role: str, worker_id: str) -> subprocess.Popen[bytes]:
-        with open(run_dir / "logs" / f"{worker_id}.log", "ab") as log_file:
-            # Started in a session of its own (only the launcher signals it), and killed by the
-            # kernel should the launcher die without stopping it.
-            return supervise.start(
-                [sys.executable, "-m", f"workers.{role}", "--config", args.config,
-                 "--worker-id", worker_id, "--log-format", "json"],
-                env=env, stdout=log_file, stderr=subprocess.STDOUT,
-            )  # fmt: skip
 
     try:
         url = services.redis_url if services is not None else str(config.redis.url)
         check_redis(config, url)
+        if args.launcher == "ray":
+            with ray_spawn(config, split, env, args.config, args.ray_address) as actors:
+                return run_roles(config, url, actors, split, services)
+        spawn = local_spawn(config, run_dir, env, args.config)
         return run_roles(config, url, spawn, split, services)
     except ConnectionError as err:
         print(f"run failed: {err}", file=sys.stderr)

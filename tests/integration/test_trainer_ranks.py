@@ -1,0 +1,173 @@
+"""A trainer of several ranks: its gradients equal one process's (real gloo group of two spawned
+processes), and its sharded weight sync reproduces the trainer's weights in every generator,
+bit for bit in float32 and within the cast's rounding in bfloat16 (two rank processes, each
+publishing its own shard, and two generator processes, over shm and over gloo)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from llamarl.config import (
+    AlgorithmConfig,
+    GlooSync,
+    ModelConfig,
+    ShmSync,
+    SyncConfig,
+    TrainerConfig,
+)
+from llamarl.engine.grouped import TrainGroup, micro_batches
+from llamarl.engine.model import build_policy, place
+from llamarl.learner import Learner
+from llamarl.net import free_port_block
+from llamarl.parallel import TrainerRanks
+from llamarl.weightsync import make_publisher, make_receiver
+from llamarl.weightsync.flat import Shard, flatten, weight_objects
+from llamarl.weightsync.messages import join_shards
+
+MODEL = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+TRAINER = TrainerConfig(lr=1e-3, micro_batch_tokens=40, max_grad_norm=1e6)
+TOLERANCE = 1e-5
+"""Largest gradient difference allowed, relative to the largest gradient: the two runs add the
+same terms in another order (float32 sums over ranks and micro-batches)."""
+
+
+def step_groups() -> list[TrainGroup]:
+    """Six groups of three prompt lengths and ragged completions (several micro-batches)."""
+    generator = torch.Generator().manual_seed(7)
+    groups = []
+    for index in range(6):
+        n, width = 4, 3 + index % 3
+        lengths = torch.randint(1, width + 1, (n,), generator=generator)
+        mask = (torch.arange(width)[None, :] < lengths[:, None]).long()
+        groups.append(TrainGroup(
+            prompt_ids=torch.randint(3, 14, (4 + index % 3,), generator=generator),
+            completion_ids=torch.randint(3, 14, (n, width), generator=generator) * mask,
+            completion_mask=mask,
+            behaviour_logprobs=-torch.rand(n, width, generator=generator) * mask,
+            rewards=torch.rand(n, generator=generator),
+        ))  # fmt: skip
+    return groups
+
+
+def flat_grads(learner: Learner) -> np.ndarray:
+    grads = [p.grad.flatten() for p in learner.policy.model.parameters() if p.grad is not None]
+    return torch.cat(grads).numpy().copy()
+
+
+def train_rank(rank: int, world: int, port: int, out: Any) -> None:
+    """One trainer rank: rank 1 starts from other weights, so equal results prove that the
+    group gave it rank 0's."""
+    os.environ |= {"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
+                   "MASTER_PORT": str(port)}  # fmt: skip
+    torch.set_num_threads(1)
+    ranks = TrainerRanks.from_env("cpu", 60, "test")
+    assert ranks is not None
+    learner = Learner(build_policy(MODEL, seed=1 + rank), AlgorithmConfig(), TRAINER, 1.0,
+                      ranks=ranks)  # fmt: skip
+    stats = learner.step(step_groups())
+    weights = flatten(learner.policy.model, 1).buffer.numpy().copy()
+    out.put((rank, stats, flat_grads(learner), weights))
+    ranks.close()
+
+
+def test_a_two_rank_trainer_computes_the_one_process_gradients() -> None:
+    groups = step_groups()
+    mine = [list(range(r, len(groups), 2)) for r in range(2)]
+    cuts = [micro_batches([groups[i] for i in m], TRAINER.micro_batch_tokens) for m in mine]
+    assert all(len(c) > 1 for c in cuts), "each rank must accumulate over several micro-batches"
+    alone = Learner(build_policy(MODEL, seed=1), AlgorithmConfig(), TRAINER, 1.0)
+    expected = alone.step(groups)
+    expected_grads = flat_grads(alone)
+    expected_weights = flatten(alone.policy.model, 1).buffer.numpy()
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port_block(size=1)
+    procs = [ctx.Process(target=train_rank, args=(r, 2, port, out)) for r in range(2)]
+    for proc in procs:
+        proc.start()
+    results = sorted((out.get(timeout=120) for _ in procs), key=lambda item: item[0])
+    for proc in procs:
+        proc.join(30)
+        assert proc.exitcode == 0
+
+    scale = float(np.abs(expected_grads).max())
+    for rank, stats, grads, weights in results:
+        assert np.abs(grads - expected_grads).max() <= TOLERANCE * scale, f"rank {rank}"
+        # AdamW divides by the gradients' running scale: a 1e-5 difference in a small gradient
+        # moves a weight by a small fraction of one lr-sized step.
+        step = np.abs(weights - expected_weights).max()
+        assert step <= 0.01 * TRAINER.lr, f"rank {rank} took another step"
+        for key in ("loss", "entropy", "ratio_mean", "mismatch_kl", "num_tokens"):
+            assert stats[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key
+        assert stats["ratio_max"] == pytest.approx(expected["ratio_max"], rel=1e-6)
+    assert np.array_equal(results[0][3], results[1][3]), "the replicas must stay bit-identical"
+
+
+def publish_rank(config: SyncConfig, rank: int, world: int, metas: Any, done: Any) -> None:
+    """One trainer rank: publish its shard of version 3 and serve it until the test is done."""
+    model = build_policy(MODEL, seed=1).model  # data-parallel replicas: the same weights
+    publisher = make_publisher(config, "ranks-test", shard=Shard(rank, world))
+    try:
+        metas.put((rank, publisher.publish(publisher.stage(model, 3))))
+        done.wait(120)
+    finally:
+        publisher.close()
+
+
+def receive(config: SyncConfig, meta: dict[str, str], dtype: str, worker_id: str, out: Any) -> None:
+    """A generator holding its weights in `dtype`: fetch, swap in, report its weights."""
+    policy = place(build_policy(MODEL, seed=99), "cpu", dtype)
+    receiver = make_receiver(config, worker_id)
+    version, fetched = receiver.fetch(meta)
+    receiver.swap_in(policy.model, fetched)
+    held = [t.detach() for t in weight_objects(policy.model)]
+    assert {t.dtype for t in held} == {getattr(torch, dtype)}
+    out.put((dtype, version, torch.cat([t.float().flatten() for t in held]).numpy()))
+    receiver.close()
+
+
+@pytest.mark.parametrize(
+    "config", [ShmSync(timeout_s=30), GlooSync(bucket_mb=0.01, timeout_s=30)], ids=["shm", "gloo"]
+)
+def test_sharded_sync_from_two_ranks_reproduces_the_weights_in_two_generators(
+    config: SyncConfig,
+) -> None:
+    ctx = mp.get_context("spawn")
+    metas, out, done = ctx.Queue(), ctx.Queue(), ctx.Event()
+    ranks = [ctx.Process(target=publish_rank, args=(config, r, 2, metas, done)) for r in range(2)]
+    for proc in ranks:
+        proc.start()
+    generators = []
+    try:
+        shards = dict(metas.get(timeout=120) for _ in ranks)
+        meta = {k: str(v) for k, v in join_shards([shards[0], shards[1]]).items()}
+        meta["policy_version"] = "3"
+        trainer = flatten(build_policy(MODEL, seed=1).model, 3).buffer.numpy()
+        assert int(meta["num_bytes"]) == trainer.nbytes
+        assert 0 < int(shards[0]["num_bytes"]) < trainer.nbytes, "each rank sends a part only"
+        assert shards[0]["endpoint"] != shards[1]["endpoint"]
+        generators = [
+            ctx.Process(target=receive, args=(config, meta, dtype, f"gen-{dtype}", out))
+            for dtype in ("float32", "bfloat16")
+        ]
+        for proc in generators:
+            proc.start()
+        got = {dtype: (version, weights) for dtype, version, weights in
+               (out.get(timeout=120) for _ in generators)}  # fmt: skip
+    finally:
+        done.set()
+        for proc in [*ranks, *generators]:
+            proc.join(60)
+    assert all(proc.exitcode == 0 for proc in [*ranks, *generators])
+    assert got["float32"][0] == got["bfloat16"][0] == 3
+    assert got["float32"][1].tobytes() == trainer.tobytes(), "float32: bit for bit"
+    cast = torch.from_numpy(trainer).to(torch.bfloat16).float().numpy()
+    assert np.array_equal(got["bfloat16"][1], cast), "bfloat16: the trainer's weights, cast"
+    assert np.all(np.abs(got["bfloat16"][1] - trainer) <= np.abs(trainer) * 2.0**-8)
