@@ -377,9 +377,9 @@ class LocalSync(_SyncBase):
 
 
 class AutoSync(_NetworkSync):
-    """Chosen where the publisher or receiver is built (`weightsync.resolve_transport`): nccl on
-    CUDA, else shm when the weight server's address (advertise_host, else host) is this host's,
-    else gloo. It carries the network fields because it may become nccl or gloo."""
+    """Chosen where the publisher or receiver is built (`weightsync.resolve_transport`): shm
+    when the weight server's address (advertise_host, else host) is this host's, else nccl on
+    CUDA, else gloo. It carries the network fields because it may become nccl or gloo."""
 
     transport: Literal["auto"] = "auto"
     """Resolved per process by the rule above; set a transport explicitly when the trainer and

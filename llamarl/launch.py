@@ -161,7 +161,7 @@ def worker_command(config: RunConfig, role: str, worker_id: str, config_path: st
 
 def check_devices(config: RunConfig, mode: str) -> None:
     """ConfigError naming the field when a role asks for CUDA on a machine without it, or the
-    synchronous baseline for several trainer ranks."""
+    synchronous baseline for several trainer ranks or for generators unlike its trainer."""
     for field, device in (("trainer.device", config.trainer.device),
                           ("generation.device", config.generation.device)):  # fmt: skip
         if device == "cuda" and not torch.cuda.is_available():
@@ -170,6 +170,12 @@ def check_devices(config: RunConfig, mode: str) -> None:
         raise ConfigError(
             "trainer.ranks: the synchronous baseline runs one trainer process; set it to 1 "
             "or run async"
+        )
+    gen = config.generation
+    if mode == "sync" and (gen.device, gen.dtype) != (config.trainer.device, config.trainer.dtype):
+        raise ConfigError(
+            "generation.device, generation.dtype: the synchronous baseline generates with the "
+            "trainer's own weights; set them as trainer.device and trainer.dtype, or run async"
         )
 
 

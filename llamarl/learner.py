@@ -142,6 +142,8 @@ class Learner:
     ) -> tuple[torch.Tensor, float, torch.Tensor, torch.Tensor, Any]:
         """A micro-batch's share of the step's loss, its KL share and its per-token terms."""
         algorithm = self.algorithm
+        device = self.policy.model.device
+        batch, advantages = batch.to(device), advantages.to(device)
         logp, entropy = self._logprobs(self._forward, batch)
         ref_logp = None
         if self.reference is not None:

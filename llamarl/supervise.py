@@ -37,6 +37,16 @@ def _die_with(parent_pid: int) -> Callable[[], None]:
     return arm
 
 
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux; elsewhere nothing):
+    for processes started by another tool (torchrun's ranks), so that killing the tool the
+    launcher started leaves none of them behind."""
+    if _LIBC is None:
+        return
+    parent = os.getppid()
+    _die_with(parent)()
+
+
 def start(
     args: Sequence[str], *, die_with_parent: bool = True, **popen: Any
 ) -> subprocess.Popen[Any]:

@@ -12,6 +12,7 @@ import sys
 
 import structlog
 
+from llamarl import supervise
 from llamarl.errors import ConfigError
 from llamarl.log import configure_logging
 from llamarl.parallel import TrainerRanks
@@ -66,6 +67,8 @@ def run_rank(argv: list[str] | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        supervise.die_with_parent()  # torchrun's: a SIGKILLed torchrun leaves no rank behind
     if int(os.environ.get("RANK", "0")) > 0:
         return run_rank(argv)
     return run_worker("trainer", argv, train)

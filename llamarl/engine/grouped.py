@@ -12,6 +12,7 @@ the plain one-pass computation (`sampling.token_logprobs`; tested within 1e-5).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -75,6 +76,12 @@ class MicroBatch:
     completion_mask: torch.Tensor
     behaviour_logprobs: torch.Tensor
     num_samples: int
+
+    def to(self, device: torch.device) -> MicroBatch:
+        """The batch's tensors on `device` (itself when they are there already)."""
+        move = {name: getattr(self, name).to(device) for name in
+                ("prompt_ids", "completion_ids", "completion_mask", "behaviour_logprobs")}  # fmt: skip
+        return dataclasses.replace(self, **move)
 
 
 def stack(groups: Sequence[TrainGroup]) -> MicroBatch:

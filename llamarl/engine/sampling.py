@@ -57,7 +57,7 @@ def sampling_logprobs(
     `ban` is a token id excluded before that (EOS before `min_new_tokens`)."""
     logits = logits.float() / temperature
     if ban is not None:
-        logits = logits.index_fill(-1, torch.tensor([ban]), float("-inf"))
+        logits = logits.index_fill(-1, torch.tensor([ban], device=logits.device), float("-inf"))
     logp = torch.log_softmax(logits, dim=-1)
     if top_p >= 1.0:
         return logp
@@ -73,8 +73,8 @@ def ban_eos(logits: torch.Tensor, eos_id: int, min_new_tokens: int) -> torch.Ten
     sampling removed it, so the trainer's pi is the distribution the generator drew from."""
     if min_new_tokens <= 0:
         return logits
-    early = torch.arange(logits.shape[1]) < min_new_tokens
-    banned = torch.zeros(logits.shape[1:], dtype=torch.bool)
+    early = torch.arange(logits.shape[1], device=logits.device) < min_new_tokens
+    banned = torch.zeros(logits.shape[1:], dtype=torch.bool, device=logits.device)
     banned[early, eos_id] = True
     return logits.masked_fill(banned, float("-inf"))
 
@@ -98,7 +98,8 @@ def sample(
     left padding (prompts of one length) no attention mask is built at all.
     """
     model, eos_id = policy.model, policy.eos_id
-    group_ids, group_mask = left_pad(prompts, policy.pad_id)
+    device = model.device  # the batch is built there; the result comes back on the CPU
+    group_ids, group_mask = (t.to(device) for t in left_pad(prompts, policy.pad_id))
     padded = not bool(group_mask.all())
     out = model(
         input_ids=group_ids,
@@ -114,7 +115,7 @@ def sample(
     batch = prompt_ids.shape[0]
     next_position = positions(prompt_mask)[:, -1] + 1
     mask = prompt_mask
-    finished = torch.zeros(batch, dtype=torch.bool)
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
     tokens, logps, alive = [], [], []
     for step in range(max_new_tokens):
         ban = eos_id if step < min_new_tokens else None
@@ -131,7 +132,7 @@ def sample(
         if step + 1 == max_new_tokens or bool(finished.all()):
             break
         if padded:
-            mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype)], dim=1)
+            mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], 1)
         out = model(
             input_ids=tokens[-1][:, None],
             attention_mask=mask if padded else None,
@@ -142,11 +143,11 @@ def sample(
         cache, logits = out.cache, out.logits[:, -1]
         next_position = next_position + 1
     return SampleBatch(
-        prompt_ids=prompt_ids,
-        prompt_mask=prompt_mask,
-        completion_ids=torch.stack(tokens, dim=1),
-        completion_mask=torch.stack(alive, dim=1).long(),
-        logprobs=torch.stack(logps, dim=1),
+        prompt_ids=prompt_ids.cpu(),
+        prompt_mask=prompt_mask.cpu(),
+        completion_ids=torch.stack(tokens, dim=1).cpu(),
+        completion_mask=torch.stack(alive, dim=1).long().cpu(),
+        logprobs=torch.stack(logps, dim=1).float().cpu(),
     )
 
 

@@ -111,7 +111,7 @@ def generator(
         policy,
         make_prompt_set(config.task, config.seed),
         receiver,
-        torch.Generator().manual_seed(seed),
+        torch.Generator(device=config.generation.device).manual_seed(seed),
     )
 
 

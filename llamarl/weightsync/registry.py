@@ -2,8 +2,8 @@
 
 `TRANSPORTS` maps each `sync.transport` to the factories of its two ends; nothing else in the
 library compares transport names. `auto` is resolved here and only here (`resolve_transport`):
-nccl when CUDA is present; else shm when the weight server's address (advertise_host, else host)
-is this host's own (loopback or unspecified: one host, as `llamarl run` is); else gloo.
+shm when the weight server's address (advertise_host, else host) is this host's own (loopback
+or unspecified: one host, as `llamarl run` is); else nccl when CUDA is present; else gloo.
 """
 
 from __future__ import annotations
@@ -72,14 +72,16 @@ def _is_this_host(address: str) -> bool:
 
 
 def resolve_transport(config: SyncConfig) -> ConcreteSync:
-    """The config variant `auto` stands for on this machine; any other is returned as is."""
+    """The config variant `auto` stands for on this machine; any other is returned as is. One
+    host takes shm whatever the devices (NCCL between two processes on one GPU does not work;
+    the generator copies each version to its device); across hosts nccl with CUDA, else gloo."""
     if not isinstance(config, AutoSync):
         return config
     fields = config.model_dump(exclude={"transport"})
-    if torch.cuda.is_available():
-        return NcclSync(**fields)
     if _is_this_host(config.advertise_host or config.host):
         return ShmSync(**config.model_dump(include={"timeout_s", "verify", "every_steps"}))
+    if torch.cuda.is_available():
+        return NcclSync(**fields)
     return GlooSync(**fields)
 
 

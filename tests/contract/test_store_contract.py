@@ -73,6 +73,18 @@ def test_policy_version_only_goes_up(backend: Backend) -> None:
     assert meta == {"policy_version": "3", "checksum": "b", "num_bytes": "10", "scale": "0.5"}
 
 
+def test_each_rank_keeps_its_newest_shard(backend: Backend) -> None:
+    store = backend.store
+    assert store.version_shards() == {}
+    store.put_version_shard(1, {"policy_version": 4, "endpoint": "tcp://h:1", "num_bytes": 8})
+    store.put_version_shard(2, {"policy_version": 4, "endpoint": "tcp://h:2", "num_bytes": 8})
+    store.put_version_shard(1, {"policy_version": 5, "endpoint": "tcp://h:1", "num_bytes": 8})
+    assert store.version_shards() == {
+        1: {"policy_version": "5", "endpoint": "tcp://h:1", "num_bytes": "8"},
+        2: {"policy_version": "4", "endpoint": "tcp://h:2", "num_bytes": "8"},
+    }
+
+
 # -- the admission gate -----------------------------------------------------------------------
 def test_gate_stops_claims_until_a_publish_reopens_it(backend: Backend) -> None:
     store = backend.store

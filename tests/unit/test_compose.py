@@ -1,9 +1,11 @@
 """docker-compose.yml, checked without a Docker engine (none runs here): every service's command
 parses as a llamarl invocation, and its environment resolves configs/cluster.yaml to a valid
-config pointing at the compose services."""
+config pointing at the compose services; with docker-compose.multihost.yml over it, at the head
+host named by LLAMARL_HEAD (`docker-compose config` in .ci/run checks the merge itself)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -52,3 +54,28 @@ def test_generators_can_scale() -> None:
     assert "container_name" not in generator and "ports" not in generator
     assert "--worker-id" not in generator["command"]
     assert "LLAMARL_WORKER_ID" not in generator.get("environment", {})
+
+
+def _substitute(value: str, environ: dict[str, str]) -> str:
+    """Compose's `${NAME}` and `${NAME:?message}` interpolation."""
+    return re.sub(r"\$\{(\w+)(?::\?[^}]*)?\}", lambda m: environ[m.group(1)], value)
+
+
+def test_multihost_services_reach_the_head_host() -> None:
+    head = {"LLAMARL_HEAD": "10.0.0.1", "LLAMARL_REDIS_PASSWORD": "pw"}
+    override = yaml.safe_load((REPO / "docker-compose.multihost.yml").read_text())["services"]
+    base = _services()
+    assert set(override) == set(base)
+    assert all(service["network_mode"] == "host" for service in override.values())
+    assert "pw" in [_substitute(arg, head) for arg in override["redis"]["command"]]
+    for name, service in override.items():
+        if name == "redis":
+            continue
+        env = {k: _substitute(str(v), head) for k, v in
+               (base[name]["environment"] | service["environment"]).items()}  # fmt: skip
+        config = load_config(REPO / "configs" / "cluster.yaml", environ=env)
+        assert config.redis.url == "redis://:pw@10.0.0.1:6379/0", name
+        expected_host = "0.0.0.0" if name == "broker" else "10.0.0.1"
+        assert (config.broker.host, config.broker.port) == (expected_host, 5555), name
+        if name == "trainer":
+            assert config.sync.advertise_host == "10.0.0.1" and config.sync.host == "0.0.0.0"

@@ -1,0 +1,94 @@
+"""The CUDA paths, run only where CUDA is: a learner step on the GPU computes what it computes on
+the CPU, sampling on the GPU hands back CPU tensors, a generator on the GPU takes a shared-memory
+version into its device weights (cast to bfloat16), and a two-rank trainer on two GPUs sends its
+shards over NCCL to a generator on a third. No GPU was available to this project's machine: these
+have not run yet (README says so)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import numpy as np
+import pytest
+import torch
+
+from llamarl.config import AlgorithmConfig, NcclSync, ShmSync
+from llamarl.engine.model import build_policy, place
+from llamarl.engine.sampling import sample
+from llamarl.learner import Learner
+from llamarl.weightsync import make_publisher, make_receiver
+from llamarl.weightsync.flat import flatten
+from llamarl.weightsync.messages import join_shards
+from tests.integration.test_trainer_ranks import (
+    MODEL,
+    TRAINER,
+    flat_grads,
+    publish_rank,
+    step_groups,
+)
+
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+pytestmark = pytest.mark.skipif(GPUS == 0, reason="needs a CUDA GPU; this machine has none")
+
+
+def test_a_learner_step_on_the_gpu_equals_the_cpu_step() -> None:
+    cpu = Learner(build_policy(MODEL, seed=1), AlgorithmConfig(), TRAINER, 1.0)
+    gpu = Learner(place(build_policy(MODEL, seed=1), "cuda", "float32"), AlgorithmConfig(),
+                  TRAINER, 1.0)  # fmt: skip
+    expected, got = cpu.step(step_groups()), gpu.step(step_groups())
+    assert got["loss"] == pytest.approx(expected["loss"], rel=1e-4, abs=1e-6)
+    difference = np.abs(_cpu_grads(gpu) - flat_grads(cpu))
+    assert difference.max() <= 1e-4 * np.abs(flat_grads(cpu)).max()
+
+
+def _cpu_grads(learner: Learner) -> np.ndarray:
+    return torch.cat([p.grad.flatten().cpu() for p in learner.policy.model.parameters()]).numpy()
+
+
+def test_sampling_on_the_gpu_returns_cpu_tensors() -> None:
+    policy = place(build_policy(MODEL, seed=1), "cuda", "bfloat16")
+    prompt = [policy.tokenizer("1+2=").input_ids]
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    batch = sample(policy, prompt, num_samples=4, max_new_tokens=3, generator=generator)
+    assert batch.completion_ids.device.type == "cpu" and batch.logprobs.dtype == torch.float32
+
+
+def test_a_gpu_generator_takes_a_shared_memory_version_cast_to_its_dtype() -> None:
+    trainer = build_policy(MODEL, seed=1)
+    generator = place(build_policy(MODEL, seed=2), "cuda", "bfloat16")
+    publisher = make_publisher(ShmSync(), "cuda-test")
+    receiver = make_receiver(ShmSync(), "gen-cuda")
+    try:
+        meta = {k: str(v) for k, v in publisher.publish(publisher.stage(trainer.model, 1)).items()}
+        version, fetched = receiver.fetch(meta | {"policy_version": "1"})
+        receiver.swap_in(generator.model, fetched)
+    finally:
+        publisher.close()
+    expected = flatten(trainer.model, 1).buffer.to(torch.bfloat16).float()
+    assert version == 1 and torch.equal(flatten(generator.model, 1).buffer, expected)
+
+
+@pytest.mark.skipif(GPUS < 3, reason="two trainer ranks and a generator, a GPU each")
+def test_two_gpu_ranks_send_their_shards_over_nccl() -> None:
+    config = NcclSync(timeout_s=60)
+    ctx = mp.get_context("spawn")
+    metas, done = ctx.Queue(), ctx.Event()
+    ranks = [ctx.Process(target=publish_rank, args=(config, r, 2, metas, done)) for r in range(2)]
+    for proc in ranks:
+        proc.start()
+    try:
+        shards = dict(metas.get(timeout=120) for _ in ranks)
+        meta = {k: str(v) for k, v in join_shards([shards[0], shards[1]]).items()}
+        torch.cuda.set_device(2)
+        generator = build_policy(MODEL, seed=99)
+        place(generator, "cuda:2", "float32")
+        receiver = make_receiver(config, "gen-nccl")
+        version, fetched = receiver.fetch(meta | {"policy_version": "3"})
+        receiver.swap_in(generator.model, fetched)
+        receiver.close()
+    finally:
+        done.set()
+        for proc in ranks:
+            proc.join(60)
+    expected = flatten(build_policy(MODEL, seed=1).model, 3).buffer
+    assert version == 3 and torch.equal(flatten(generator.model, 3).buffer, expected)
