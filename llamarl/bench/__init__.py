@@ -1,7 +1,8 @@
 """`llamarl bench`: benchmarks that print measured figures and write JSON. Never tests.
 
 - `async-vs-sync`: one config in both modes, interleaved pairs, speed-up against its bound.
-- `weight-sync`: the weight transports against memcpy and raw torch.distributed send/recv.
+- `weight-sync`: the weight transports against memcpy and raw torch.distributed send/recv, from
+  a trainer of 1 and of 2 ranks to 1, 2 and 4 generators.
 - `bus`: messages through the broker against raw pyzmq in the same pattern.
 - `resume`: stale drops and redone tickets of a run whose trainer is killed, against one that is
   not.
@@ -39,7 +40,8 @@ def weight_sync(args: argparse.Namespace) -> int:
 
     sizes = [float(size) for size in args.sizes_mb.split(",")]
     generators = [int(count) for count in args.generators.split(",")]
-    return _emit(bench(sizes, generators, args.repeats, args.bucket_mb), args)
+    ranks = [int(count) for count in args.trainer_ranks.split(",")]
+    return _emit(bench(sizes, generators, args.repeats, args.bucket_mb, ranks), args)
 
 
 def bus(args: argparse.Namespace) -> int:

@@ -1,20 +1,34 @@
 """`llamarl bench weight-sync`: each weight transport against the raw limit of what it moves over,
-measured on this machine in the same run.
+with a trainer of 1 and of 2 data-parallel ranks, measured on this machine in the same run.
 
 For each model size: raw memcpy (one `copy_` of the bytes), raw torch.distributed gloo send/recv
-between two processes (the same bucket size as ours, over a group formed beforehand), then ours:
-the trainer's publish (stage = the copy on its critical path; publish = checksum and rename, on
-its background thread) and the generators' pull (map or receive, verify, copy into the model), with
-1, 2 and 4 generator processes pulling the same version at once. Every figure is the median of
-`repeats` rounds (min and max beside it). Ratios: shm pull bandwidth / memcpy, gloo pull
-bandwidth / raw send/recv, and the time for G generators / the time for one.
+between two processes (the same bucket size as ours, over a group formed beforehand), then ours.
+The trainer is one publisher process per rank (`--trainer-ranks`; a 1-rank trainer is one such
+process too, so both are measured the same way), each holding the whole model and publishing its
+shard of every version (`weight_sync_ranks`): stage = the copy on the rank's critical path (with
+2 ranks each copies half), publish = checksum and rename or hand-over to its weight server (a
+background thread in a real trainer). The bench process joins the ranks' metadata and hands it
+to 1, 2 and 4 generator processes (`--generators`) that pull the same version at once (map or
+receive every shard, verify, bind into the model); pull time runs from that hand-over until every
+generator holds the version. After each pull every generator's weights are checked bit for bit
+against the trainer's (a checksum, outside the timed pull). An arm's processes start once: a
+trainer per rank count and the most generators asked for (a round of G uses G of them, the rest
+wait idle). For each generator count the rank counts take turns round by round (the order
+alternating), pulling the same versions of the same bytes through the same generators. Every
+figure is the median of `repeats` rounds (min and max beside it); a trainer's stage and publish
+times are its slowest rank's each round, stage also per rank. Ratios, per rank count: shm pull
+bandwidth / memcpy, gloo pull bandwidth / raw send/recv, the time for G generators / the time
+for one; per generator count: the pull time and the stage time of the most ranks / of one.
 """
 
 from __future__ import annotations
 
 import datetime
+import itertools
 import multiprocessing as mp
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -22,16 +36,23 @@ import torch.distributed as dist
 from pydantic import TypeAdapter
 
 from llamarl.bench.stats import spread
+from llamarl.bench.weight_sync_ranks import (
+    NUM_TENSORS,
+    TIMEOUT_S,
+    Generators,
+    Published,
+    Trainer,
+    trainer_checksum,
+)
 from llamarl.config import SyncConfig
 from llamarl.net import free_port_block
-from llamarl.weightsync import make_publisher, make_receiver
 from llamarl.weightsync.gloo import gloo_pair_group
 from llamarl.weightsync.p2p import buckets
 
-NUM_TENSORS = 32
-TIMEOUT_S = 120.0
-WARMUP_ROUNDS = 2
-"""Rounds not measured: pair groups form, pages are first touched, spare buffers appear."""
+WARMUP_ROUNDS = 3
+"""Rounds not measured: pair groups form, pages are first touched, spare buffers appear (a gloo
+rank's staging pool grows to 3 buffers: 2 versions served while the next is staged)."""
+DIGITS = 6
 ARMS = {
     "shm": ("shm", "auto"),
     "shm_verified": ("shm", "always"),
@@ -39,18 +60,6 @@ ARMS = {
     "gloo_size_only": ("gloo", "size"),
 }
 """What is measured: transport and `sync.verify` (auto: checksum over gloo, size over shm)."""
-
-
-class FlatModel(torch.nn.Module):
-    """A stand-in model of `num_bytes` of float32 weights in NUM_TENSORS tensors."""
-
-    def __init__(self, num_bytes: int, seed: int) -> None:
-        super().__init__()
-        generator = torch.Generator().manual_seed(seed)
-        per = num_bytes // 4 // NUM_TENSORS
-        self.weights = torch.nn.ParameterList(
-            torch.nn.Parameter(torch.randn(per, generator=generator)) for _ in range(NUM_TENSORS)
-        )
 
 
 def memcpy_s(num_bytes: int, repeats: int) -> list[float]:
@@ -112,19 +121,60 @@ def _sync_config(transport: str, verify: str, bucket_mb: float) -> SyncConfig:
     return config
 
 
-def _generator(worker_id: str, config: SyncConfig, num_bytes: int, go, out) -> None:
-    """Pull each announced version and swap it into a model, as a generator does; report the
-    seconds each pull took."""
-    torch.set_num_threads(1)
-    model = FlatModel(num_bytes, seed=1)
-    receiver = make_receiver(config, worker_id)
-    while (meta := go.get(timeout=TIMEOUT_S * 4)) is not None:
-        started = time.perf_counter()
-        version, buffer = receiver.fetch(meta)
-        receiver.swap_in(model, buffer)
-        del buffer
-        out.put((worker_id, version, time.perf_counter() - started))
-    receiver.close()
+@dataclass
+class Rounds:
+    """The measured rounds of one trainer (one rank count)."""
+
+    stage_s: list[list[float]] = field(default_factory=list)
+    """Per round, per rank."""
+    publish_s: list[list[float]] = field(default_factory=list)
+    """Per round, per rank."""
+    pull_s: list[float] = field(default_factory=list)
+    """Per round: until every generator holds the version."""
+
+    def add(self, published: Published, pull_s: float) -> None:
+        self.stage_s.append(published.stage_s)
+        self.publish_s.append(published.publish_s)
+        self.pull_s.append(pull_s)
+
+
+def arm_rounds(
+    transport: str,
+    verify: str,
+    num_bytes: int,
+    generators: Sequence[int],
+    trainer_ranks: Sequence[int],
+    repeats: int,
+    bucket_mb: float,
+) -> dict[tuple[int, int], Rounds]:
+    """Per (rank count, generator count): the measured rounds of one arm. Its processes start
+    once: a trainer per rank count and the most generators asked for."""
+    ctx = mp.get_context("spawn")
+    config = _sync_config(transport, verify, bucket_mb)
+    expected = trainer_checksum(num_bytes)
+    pool = Generators(ctx, config, num_bytes, max(generators))
+    trainers: dict[int, Trainer] = {}
+    rounds = {(ranks, count): Rounds() for ranks in trainer_ranks for count in generators}
+    versions = itertools.count()
+    try:
+        for ranks in trainer_ranks:
+            trainers[ranks] = Trainer(ctx, config, f"bench-{transport}-r{ranks}", num_bytes, ranks)
+        for count in generators:
+            for index in range(WARMUP_ROUNDS + repeats):
+                version = next(versions)
+                # the rank counts take turns, in alternating order, on the same generators
+                order = trainer_ranks if index % 2 == 0 else list(reversed(trainer_ranks))
+                for ranks in order:
+                    published = trainers[ranks].publish(version)
+                    pull_s = pool.pull(published.meta, count)
+                    pool.check(expected, count)
+                    if index >= WARMUP_ROUNDS:
+                        rounds[ranks, count].add(published, pull_s)
+    finally:
+        pool.close()
+        for trainer in trainers.values():
+            trainer.close()
+    return rounds
 
 
 def transport_rounds(
@@ -135,44 +185,12 @@ def transport_rounds(
     repeats: int,
     bucket_mb: float,
 ) -> dict[str, list[float]]:
-    """Per round: the trainer's stage and publish seconds and the wall time until every
-    generator has pulled and loaded that version."""
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    queues = [ctx.Queue() for _ in range(num_generators)]
-    config = _sync_config(transport, verify, bucket_mb)
-    procs = [
-        ctx.Process(target=_generator, args=(f"gen-{i}", config, num_bytes, queues[i], out))
-        for i in range(num_generators)
-    ]
-    for proc in procs:
-        proc.start()
-    trainer = FlatModel(num_bytes, seed=0)
-    publisher = make_publisher(config, f"bench-{transport}")
-    rounds: dict[str, list[float]] = {"stage_s": [], "publish_s": [], "pull_s": []}
-    try:
-        for version in range(repeats + WARMUP_ROUNDS):
-            started = time.perf_counter()
-            staged = publisher.stage(trainer, version)
-            staged_at = time.perf_counter()
-            meta = {k: str(v) for k, v in publisher.publish(staged).items()}
-            published_at = time.perf_counter()
-            for queue in queues:
-                queue.put(meta | {"policy_version": str(version)})
-            for _ in range(num_generators):
-                _, got, _ = out.get(timeout=TIMEOUT_S * 2)
-                assert got == version
-            if version >= WARMUP_ROUNDS:
-                rounds["stage_s"].append(staged_at - started)
-                rounds["publish_s"].append(published_at - staged_at)
-                rounds["pull_s"].append(time.perf_counter() - published_at)
-    finally:
-        for queue in queues:
-            queue.put(None)
-        for proc in procs:
-            proc.join(TIMEOUT_S)
-        publisher.close()
-    return rounds
+    """Per round of a 1-rank trainer: its stage and publish seconds and the wall time until
+    every generator has pulled and loaded that version."""
+    measured = arm_rounds(transport, verify, num_bytes, [num_generators], [1], repeats, bucket_mb)
+    rounds = measured[1, num_generators]
+    return {"stage_s": [max(r) for r in rounds.stage_s],
+            "publish_s": [max(r) for r in rounds.publish_s], "pull_s": rounds.pull_s}  # fmt: skip
 
 
 def _gbps(num_bytes: int, seconds: list[float]) -> dict[str, float]:
@@ -180,36 +198,85 @@ def _gbps(num_bytes: int, seconds: list[float]) -> dict[str, float]:
     return spread(rates)
 
 
+def summary(num_bytes: int, rounds: Rounds) -> dict[str, Any]:
+    """One (arm, rank count, generator count): pull time and bandwidth; stage and publish time
+    of the slowest rank each round, and stage time per rank."""
+    return {
+        "pull_s": spread(rounds.pull_s, DIGITS),
+        "pull_GBps": _gbps(num_bytes, rounds.pull_s),
+        "stage_s": spread([max(r) for r in rounds.stage_s], DIGITS),
+        "stage_s_per_rank": [
+            spread(list(rank), DIGITS) for rank in zip(*rounds.stage_s, strict=True)
+        ],
+        "publish_s": spread([max(r) for r in rounds.publish_s], DIGITS),
+    }
+
+
+def add_ratios(
+    entry: dict[str, Any], arm: str, generators: Sequence[int], trainer_ranks: Sequence[int]
+) -> None:
+    """The arm's ratios (see the module docstring) into `entry`, medians over medians."""
+
+    def median(ranks: int, count: int, figure: str) -> float:
+        value: float = entry[arm][f"ranks_{ranks}"][f"generators_{count}"][figure]["median"]
+        return value
+
+    base = "raw_gloo" if arm.startswith("gloo") else "memcpy"
+    g0, g1 = generators[0], generators[-1]
+    r0, r1 = trainer_ranks[0], trainer_ranks[-1]
+    entry[f"{arm}_vs_{base}"] = {
+        f"ranks_{r}": round(median(r, g0, "pull_GBps") / entry[f"{base}_GBps"]["median"], 3)
+        for r in trainer_ranks
+    }
+    entry[f"{arm}_time_{g1}_vs_{g0}"] = {
+        f"ranks_{r}": round(median(r, g1, "pull_s") / median(r, g0, "pull_s"), 3)
+        for r in trainer_ranks
+    }
+    for figure in ("pull_s", "stage_s"):
+        name = f"{arm}_{figure[:-2]}_time_ranks_{r1}_vs_{r0}"
+        entry[name] = {
+            f"generators_{g}": round(median(r1, g, figure) / median(r0, g, figure), 3)
+            for g in generators
+        }
+
+
+def size_entry(
+    size_mb: float,
+    generators: Sequence[int],
+    trainer_ranks: Sequence[int],
+    repeats: int,
+    bucket_mb: float,
+) -> dict[str, Any]:
+    """Every figure of one model size."""
+    num_bytes = int(size_mb * 1024 * 1024) // (4 * NUM_TENSORS) * 4 * NUM_TENSORS
+    bucket_values = max(1, int(bucket_mb * 1024 * 1024) // 4)
+    entry: dict[str, Any] = {
+        "mb": round(num_bytes / 2**20, 1),
+        "memcpy_GBps": _gbps(num_bytes, memcpy_s(num_bytes, repeats)),
+        "raw_gloo_GBps": _gbps(num_bytes, raw_gloo_s(num_bytes, bucket_values, repeats)),
+    }
+    for arm, (transport, verify) in ARMS.items():
+        measured = arm_rounds(
+            transport, verify, num_bytes, generators, trainer_ranks, repeats, bucket_mb
+        )
+        entry[arm] = {
+            f"ranks_{ranks}": {
+                f"generators_{count}": summary(num_bytes, measured[ranks, count])
+                for count in generators
+            }
+            for ranks in trainer_ranks
+        }
+        add_ratios(entry, arm, generators, trainer_ranks)
+    return entry
+
+
 def bench(
-    sizes_mb: list[float], generators: list[int], repeats: int, bucket_mb: float
+    sizes_mb: list[float],
+    generators: list[int],
+    repeats: int,
+    bucket_mb: float,
+    trainer_ranks: Sequence[int] = (1, 2),
 ) -> dict[str, Any]:
     torch.set_num_threads(1)
-    results: dict[str, Any] = {"sizes": []}
-    for size_mb in sizes_mb:
-        num_bytes = int(size_mb * 1024 * 1024) // (4 * NUM_TENSORS) * 4 * NUM_TENSORS
-        bucket_values = max(1, int(bucket_mb * 1024 * 1024) // 4)
-        entry: dict[str, Any] = {
-            "mb": round(num_bytes / 2**20, 1),
-            "memcpy_GBps": _gbps(num_bytes, memcpy_s(num_bytes, repeats)),
-            "raw_gloo_GBps": _gbps(num_bytes, raw_gloo_s(num_bytes, bucket_values, repeats)),
-        }
-        for arm, (transport, verify) in ARMS.items():
-            per_count: dict[str, Any] = {}
-            for count in generators:
-                rounds = transport_rounds(transport, verify, num_bytes, count, repeats, bucket_mb)
-                per_count[str(count)] = {
-                    "pull_s": spread(rounds["pull_s"], 4),
-                    "pull_GBps": _gbps(num_bytes, rounds["pull_s"]),
-                    "stage_s": spread(rounds["stage_s"], 4),
-                    "publish_s": spread(rounds["publish_s"], 4),
-                }
-            entry[arm] = per_count
-        first, last = str(generators[0]), str(generators[-1])
-        for arm in ARMS:
-            rate = entry[arm][first]["pull_GBps"]["median"]
-            base = "raw_gloo" if arm.startswith("gloo") else "memcpy"
-            entry[f"{arm}_vs_{base}"] = round(rate / entry[f"{base}_GBps"]["median"], 3)
-            times = [entry[arm][c]["pull_s"]["median"] for c in (first, last)]
-            entry[f"{arm}_time_{last}_vs_{first}"] = round(times[1] / times[0], 3)
-        results["sizes"].append(entry)
-    return results
+    sizes = [size_entry(mb, generators, trainer_ranks, repeats, bucket_mb) for mb in sizes_mb]
+    return {"generators": generators, "trainer_ranks": list(trainer_ranks), "sizes": sizes}
