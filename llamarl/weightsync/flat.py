@@ -64,8 +64,9 @@ WHOLE = Shard(0, 1)
 
 def shard_bounds(sizes: list[int], count: int) -> list[int]:
     """Object indices where each of `count` shards starts (and, last, the end): runs of whole
-    objects, each ending at the first object that reaches its equal share of the values, and
-    none empty. SyncError when there are fewer objects than shards."""
+    objects, each ending at the first object that reaches its equal share of the values, or
+    earlier when only as many objects are left as shards; none is empty. SyncError when there
+    are fewer objects than shards."""
     if len(sizes) < count:
         raise SyncError(f"{len(sizes)} weight tensors cannot be cut into {count} shards")
     total = sum(sizes)
@@ -73,14 +74,12 @@ def shard_bounds(sizes: list[int], count: int) -> list[int]:
     running = 0
     for index, size in enumerate(sizes):
         running += size
-        cut = len(bounds)  # the shard this object may end
-        if cut < count and running * count >= cut * total:
-            # leave at least one object for each shard still to come
-            bounds.append(min(index + 1, len(sizes) - (count - cut)))
-    bounds += [len(sizes)]
-    for i in range(1, len(bounds)):  # strictly increasing: no shard empty
-        bounds[i] = max(bounds[i], bounds[i - 1] + 1)
-    return bounds
+        cut = len(bounds)  # the boundary to place next
+        objects_left, shards_left = len(sizes) - index - 1, count - cut
+        if cut < count and objects_left >= shards_left:
+            if running * count >= cut * total or objects_left == shards_left:
+                bounds.append(index + 1)
+    return [*bounds, len(sizes)]
 
 
 def shard_objects(model: torch.nn.Module, shard: Shard = WHOLE) -> list[torch.Tensor]:
