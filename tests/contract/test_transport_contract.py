@@ -196,7 +196,8 @@ def test_close_releases_what_the_publisher_held(backend: Backend, run_id: str) -
 def test_auto_resolves_in_one_place(monkeypatch: pytest.MonkeyPatch) -> None:
     """No GPU here: CUDA availability is faked to check the choice only, not NCCL itself."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert isinstance(resolve_transport(AutoSync()), NcclSync)
+    assert isinstance(resolve_transport(AutoSync()), ShmSync), "one host: never NCCL to itself"
+    assert isinstance(resolve_transport(AutoSync(advertise_host="trainer")), NcclSync)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_transport(AutoSync(timeout_s=5)) == ShmSync(timeout_s=5)
     assert isinstance(resolve_transport(AutoSync(host="0.0.0.0")), ShmSync)

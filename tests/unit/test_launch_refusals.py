@@ -1,33 +1,15 @@
-"""Which transport `sync.transport: auto` stands for, and which devices a launch refuses: one
-host takes shm whatever the devices (NCCL between two processes on one GPU does not work), other
-hosts nccl with CUDA and gloo without; CUDA asked for where there is none is refused before
-anything starts."""
+"""What a launch refuses about devices and ranks before anything starts: CUDA where there is
+none, several trainer ranks or generators unlike the trainer in the synchronous baseline, more
+ranks than groups a step. (Which transport `auto` picks: tests/contract/test_transport_contract.)"""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from llamarl.config import AutoSync, parse_config
+from llamarl.config import parse_config
 from llamarl.errors import ConfigError
 from llamarl.launch import check_devices
-from llamarl.weightsync import resolve_transport
-
-
-@pytest.mark.parametrize("cuda", [False, True])
-@pytest.mark.parametrize(
-    ("host", "advertise", "network"),
-    [("127.0.0.1", None, None), ("0.0.0.0", None, None), ("0.0.0.0", "trainer-host", "remote")],
-)
-def test_auto_takes_shm_on_one_host_and_nccl_or_gloo_across_hosts(
-    monkeypatch: pytest.MonkeyPatch, cuda: bool, host: str, advertise: str | None, network: str
-) -> None:
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    chosen = resolve_transport(AutoSync(host=host, advertise_host=advertise)).transport
-    if network is None:
-        assert chosen == "shm"
-    else:
-        assert chosen == ("nccl" if cuda else "gloo")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
