@@ -159,13 +159,13 @@ def worker_command(config: RunConfig, role: str, worker_id: str, config_path: st
     return [sys.executable, *command]
 
 
-def check_devices(config: RunConfig, mode: str) -> None:
-    """ConfigError naming the field when a role asks for CUDA on a machine without it, or the
-    synchronous baseline for several trainer ranks or for generators unlike its trainer."""
-    for field, device in (("trainer.device", config.trainer.device),
-                          ("generation.device", config.generation.device)):  # fmt: skip
-        if device == "cuda" and not torch.cuda.is_available():
-            raise ConfigError(f"{field}: cuda, but this machine has no CUDA device; set cpu")
+def check_devices(config: RunConfig, mode: str, launcher: str = "local") -> None:
+    """ConfigError naming the field when a role of a local launch asks for CUDA on a machine
+    without it, or a trainer for more CUDA ranks than this machine has GPUs (under Ray the roles
+    run on the cluster's nodes, and Ray tells when none can hold them); or the synchronous
+    baseline for several trainer ranks or for generators unlike its trainer."""
+    if launcher == "local":
+        check_local_gpus(config)
     if mode == "sync" and config.trainer.ranks > 1:
         raise ConfigError(
             "trainer.ranks: the synchronous baseline runs one trainer process; set it to 1 "
@@ -179,12 +179,26 @@ def check_devices(config: RunConfig, mode: str) -> None:
         )
 
 
-def preflight(config: RunConfig, mode: str) -> None:
+def check_local_gpus(config: RunConfig) -> None:
+    """ConfigError naming the field when this machine lacks the GPUs the roles ask for."""
+    for field, device in (("trainer.device", config.trainer.device),
+                          ("generation.device", config.generation.device)):  # fmt: skip
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(f"{field}: cuda, but this machine has no CUDA device; set cpu")
+    ranks, gpus = config.trainer.ranks, torch.cuda.device_count()
+    if config.trainer.device == "cuda" and ranks > gpus:
+        raise ConfigError(
+            f"trainer.ranks: {ranks} ranks on cuda need a GPU each and this machine has {gpus}; "
+            f"set trainer.ranks to at most {gpus}, or trainer.device to cpu"
+        )
+
+
+def preflight(config: RunConfig, mode: str, launcher: str = "local") -> None:
     """What a launch can tell is wrong before it starts anything (ConfigError naming the field):
     a model or reward-model path that is not a model directory; CURVE keys that are not there;
     a metrics sink whose package is missing; an async run on the in-process transport; a device
-    this machine lacks."""
-    check_devices(config, mode)
+    this machine lacks (`launcher` local; Ray places the roles on its own nodes)."""
+    check_devices(config, mode, launcher)
     check_model_path(config.model)
     load_curve(config.broker.curve_keys)
     if config.task.reward is not None:

@@ -121,7 +121,7 @@ class Learner:
         cuts = micro_batches([groups[i] for i in mine], self.trainer.micro_batch_tokens)
         for index, cut in enumerate(cuts):
             members = [mine[i] for i in cut]
-            batch = stack([groups[i] for i in members])
+            batch = stack([groups[i] for i in members]).to(self.policy.model.device)
             with self._gradient_sync(last=index == len(cuts) - 1):
                 loss, kl, logp, entropy, terms = self._loss(batch, advantages[members], num_tokens,
                                                             num_rows)  # fmt: skip
@@ -140,10 +140,10 @@ class Learner:
     def _loss(
         self, batch: MicroBatch, advantages: torch.Tensor, num_tokens: float, num_rows: int
     ) -> tuple[torch.Tensor, float, torch.Tensor, torch.Tensor, Any]:
-        """A micro-batch's share of the step's loss, its KL share and its per-token terms."""
+        """A micro-batch's share of the step's loss, its KL share and its per-token terms
+        (`batch` on the model's device)."""
         algorithm = self.algorithm
-        device = self.policy.model.device
-        batch, advantages = batch.to(device), advantages.to(device)
+        advantages = advantages.to(self.policy.model.device)
         logp, entropy = self._logprobs(self._forward, batch)
         ref_logp = None
         if self.reference is not None:

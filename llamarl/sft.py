@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from llamarl.config import RunConfig
-from llamarl.engine.model import Policy, make_policy
+from llamarl.engine.model import Policy, make_policy, place
 from llamarl.progress import Listener, Progress
 from llamarl.tasks import PromptSet
 
@@ -50,7 +50,7 @@ def supervised_warm_start(
         for step in range(steps):
             first = -(step + 1) * batch_size
             batch = sft_batch(policy, prompt_set, range(first, first + batch_size))
-            loss = policy.model(**batch).loss
+            loss = policy.model(**{k: t.to(policy.model.device) for k, t in batch.items()}).loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -62,9 +62,11 @@ def supervised_warm_start(
 def starting_policy(
     config: RunConfig, prompt_set: PromptSet, listener: Listener | None = None
 ) -> Policy:
-    """The policy RL starts from: loaded or built, then warm-started when sft_steps > 0 (seeded
-    from the config, leaving the caller's RNG state as it was)."""
-    policy = make_policy(config.model, config.seed)
+    """The policy RL starts from: loaded or built, placed on the trainer's device in its dtype,
+    then warm-started there when sft_steps > 0 (seeded from the config, leaving the caller's RNG
+    state as it was)."""
+    policy = place(make_policy(config.model, config.seed), config.trainer.device,
+                   config.trainer.dtype)  # fmt: skip
     if config.trainer.sft_steps:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)

@@ -46,7 +46,7 @@ def main(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     configure_logging("launcher", "launcher", args.log_format)
     check_launcher(args.launcher, args.mode)
-    preflight(config, args.mode)  # before any process starts, let alone restarts
+    preflight(config, args.mode, args.launcher)  # before any process starts, let alone restarts
     run_dir = prepare_run_dir(config, resume=args.mode == "async" and args.resume)
     if args.mode == "sync":
         torch.set_num_threads(config.workers.num_cores or usable_cores())

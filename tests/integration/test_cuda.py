@@ -1,12 +1,13 @@
 """The CUDA paths, run only where CUDA is: a learner step on the GPU computes what it computes on
 the CPU, sampling on the GPU hands back CPU tensors, a generator on the GPU takes a shared-memory
-version into its device weights (cast to bfloat16), and a two-rank trainer on two GPUs sends its
-shards over NCCL to a generator on a third. No GPU was available to this project's machine: these
-have not run yet (README says so)."""
+version into its device weights (cast to bfloat16), a two-rank trainer on two GPUs sends its
+shards over NCCL to a generator on a third, and whole async runs with roles on the GPU learn and
+balance their ledgers. README says which of these have run on a GPU, and where."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,6 +27,7 @@ from tests.integration.test_trainer_ranks import (
     publish_rank,
     step_groups,
 )
+from tests.integration.test_trainer_ranks_run import learning_run
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 pytestmark = pytest.mark.skipif(GPUS == 0, reason="needs a CUDA GPU; this machine has none")
@@ -92,3 +94,27 @@ def test_two_gpu_ranks_send_their_shards_over_nccl() -> None:
             proc.join(60)
     expected = flatten(build_policy(MODEL, seed=1).model, 3).buffer
     assert version == 3 and torch.equal(flatten(generator.model, 3).buffer, expected)
+
+
+LAYOUTS = {
+    # trainer and two bfloat16 generators on one GPU: shared memory into device weights, cast
+    "one-gpu": ({"TRAINER__RANKS": "1", "TRAINER__DEVICE": "cuda", "GENERATION__DEVICE": "cuda",
+                 "GENERATION__DTYPE": "bfloat16"}, 1),
+    # two CPU trainer ranks (gloo) sending their shards to two generators on the GPU
+    "cpu-ranks": ({"GENERATION__DEVICE": "cuda"}, 1),
+    # two trainer ranks on two GPUs (DDP over NCCL), generators on the first
+    "gpu-ranks": ({"TRAINER__DEVICE": "cuda", "GENERATION__DEVICE": "cuda"}, 2),
+}  # fmt: skip
+"""Overrides of the demo's two-rank, two-generator run, and the GPUs each needs."""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_an_async_run_on_the_gpu_learns_and_balances_its_ledger(
+    tmp_path: Path, layout: str
+) -> None:
+    overrides, gpus = LAYOUTS[layout]
+    if GPUS < gpus:
+        pytest.skip(f"needs {gpus} GPUs; this machine has {GPUS}")
+    learning_run(tmp_path / layout, {f"LLAMARL__{k}": v for k, v in overrides.items()})

@@ -28,6 +28,7 @@ STEPS = 100
 """The demo's first 100 steps, in which it rises from about 0.35 to about 0.75."""
 SCALED = {"LLAMARL__TRAINER__RANKS": "2", "LLAMARL__WORKERS__NUM_GENERATORS": "2",
           "LLAMARL__TRAINER__NUM_STEPS": str(STEPS), "LLAMARL__TRAINER__EVAL_EVERY": "50"}  # fmt: skip
+"""Two trainer ranks and two generators (a GPU run sets its own ranks on top)."""
 
 
 def rank_stopped(run_dir: Path) -> dict[str, Any]:
@@ -39,28 +40,34 @@ def rank_stopped(run_dir: Path) -> dict[str, Any]:
     raise AssertionError("trainer rank 1 never stopped cleanly")
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1500)
-@pytest.mark.parametrize("launcher", ["local", "ray"])
-def test_two_ranks_and_two_generators_learn_and_balance_the_ledger(
-    tmp_path: Path, launcher: str
-) -> None:
-    run_dir = tmp_path / "run"
+def learning_run(run_dir: Path, env: dict[str, str], *options: str) -> None:
+    """`llamarl run` of the demo's first STEPS steps with two generators and `env` on top; checks
+    that it learned, trained each group once with a balanced ledger and that every generator
+    took versions without a failure."""
     done = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "run", TINY, "--launcher", launcher],
+        [sys.executable, "-m", "workers.cli", "run", TINY, *options],
         capture_output=True, text=True, timeout=1400,
-        env={**os.environ, **SCALED, "LLAMARL_RUN_DIR": str(run_dir)},
+        env={**os.environ, **SCALED, **env, "LLAMARL_RUN_DIR": str(run_dir)},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["steps"] == STEPS and summary["restarts"] == {}
     assert summary["final_accuracy"] - summary["initial_accuracy"] >= NOISE, summary
     check_finished_run(summary, run_dir, STEPS * PROMPTS_PER_STEP, k=1)
-    stopped = rank_stopped(run_dir)
-    assert stopped["rank"] == 1 and stopped["steps"] == STEPS, "rank 1 trained every step"
     for generator in ("generator-0", "generator-1"):
         counters = json.loads((run_dir / "timers" / f"{generator}.json").read_text())
         assert counters["syncs"] >= 2 and counters.get("sync_failures", 0) == 0, generator
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+@pytest.mark.parametrize("launcher", ["local", "ray"])
+def test_two_ranks_and_two_generators_learn_and_balance_the_ledger(
+    tmp_path: Path, launcher: str
+) -> None:
+    learning_run(tmp_path / "run", {}, "--launcher", launcher)
+    stopped = rank_stopped(tmp_path / "run")
+    assert stopped["rank"] == 1 and stopped["steps"] == STEPS, "rank 1 trained every step"
 
 
 def rank_pid(launcher_pid: int, rank: int) -> int:
