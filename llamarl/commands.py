@@ -146,6 +146,9 @@ def build_parser(
     sync.add_argument("--repeats", type=int, default=5)
     sync.add_argument("--bucket-mb", type=float, default=16.0)
     sync.add_argument("--trainer-ranks", default="1,2", help="data-parallel trainer ranks")
+    sync.add_argument("--generator-device", choices=["cpu", "cuda"], default="cpu",
+                      help="where the generators' weights live (cuda: against a raw "
+                           "host-to-GPU copy)")  # fmt: skip
     sync.add_argument("--out", help="also write the JSON here")
     sync.set_defaults(func=lambda args: bench_commands.weight_sync(args))
     bus = bench_sub.add_parser("bus", help="messages through the broker against raw pyzmq")

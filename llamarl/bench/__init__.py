@@ -41,7 +41,8 @@ def weight_sync(args: argparse.Namespace) -> int:
     sizes = [float(size) for size in args.sizes_mb.split(",")]
     generators = [int(count) for count in args.generators.split(",")]
     ranks = [int(count) for count in args.trainer_ranks.split(",")]
-    return _emit(bench(sizes, generators, args.repeats, args.bucket_mb, ranks), args)
+    result = bench(sizes, generators, args.repeats, args.bucket_mb, ranks, args.generator_device)
+    return _emit(result, args)
 
 
 def bus(args: argparse.Namespace) -> int:

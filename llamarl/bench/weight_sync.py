@@ -19,6 +19,10 @@ figure is the median of `repeats` rounds (min and max beside it); a trainer's st
 times are its slowest rank's each round, stage also per rank. Ratios, per rank count: shm pull
 bandwidth / memcpy, gloo pull bandwidth / raw send/recv, the time for G generators / the time
 for one; per generator count: the pull time and the stage time of the most ranks / of one.
+
+`--generator-device cuda`: the generators hold their weights on the GPU (a pull ends when they
+are there), and shared memory is compared with a raw host-to-GPU copy from pageable memory
+(`h2d`) instead of memcpy.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from llamarl.bench.weight_sync_ranks import (
     trainer_checksum,
 )
 from llamarl.config import SyncConfig
+from llamarl.errors import ConfigError
 from llamarl.net import free_port_block
 from llamarl.weightsync.gloo import gloo_pair_group
 from llamarl.weightsync.p2p import buckets
@@ -112,6 +117,22 @@ def raw_gloo_s(num_bytes: int, bucket_values: int, repeats: int) -> list[float]:
     return times
 
 
+def h2d_s(num_bytes: int, repeats: int) -> list[float]:
+    """A raw host-to-GPU copy of the bytes from ordinary (pageable) memory, as a generator on
+    the GPU copies a mapped version."""
+    source = torch.randn(num_bytes // 4)
+    target = torch.empty_like(source, device="cuda")
+    target.copy_(source)
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        target.copy_(source)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - started)
+    return times
+
+
 def _sync_config(transport: str, verify: str, bucket_mb: float) -> SyncConfig:
     """The arm's `sync` section; `bucket_mb` where the transport streams in buckets."""
     fields = {"transport": transport, "timeout_s": TIMEOUT_S, "verify": verify}
@@ -146,13 +167,14 @@ def arm_rounds(
     trainer_ranks: Sequence[int],
     repeats: int,
     bucket_mb: float,
+    generator_device: str = "cpu",
 ) -> dict[tuple[int, int], Rounds]:
     """Per (rank count, generator count): the measured rounds of one arm. Its processes start
     once: a trainer per rank count and the most generators asked for."""
     ctx = mp.get_context("spawn")
     config = _sync_config(transport, verify, bucket_mb)
     expected = trainer_checksum(num_bytes)
-    pool = Generators(ctx, config, num_bytes, max(generators))
+    pool = Generators(ctx, config, num_bytes, max(generators), generator_device)
     trainers: dict[int, Trainer] = {}
     rounds = {(ranks, count): Rounds() for ranks in trainer_ranks for count in generators}
     versions = itertools.count()
@@ -221,7 +243,8 @@ def add_ratios(
         value: float = entry[arm][f"ranks_{ranks}"][f"generators_{count}"][figure]["median"]
         return value
 
-    base = "raw_gloo" if arm.startswith("gloo") else "memcpy"
+    local = "h2d" if "h2d_GBps" in entry else "memcpy"  # what a shared-memory pull moves over
+    base = "raw_gloo" if arm.startswith("gloo") else local
     g0, g1 = generators[0], generators[-1]
     r0, r1 = trainer_ranks[0], trainer_ranks[-1]
     entry[f"{arm}_vs_{base}"] = {
@@ -246,8 +269,9 @@ def size_entry(
     trainer_ranks: Sequence[int],
     repeats: int,
     bucket_mb: float,
+    generator_device: str,
 ) -> dict[str, Any]:
-    """Every figure of one model size."""
+    """Every figure of one model size (a raw host-to-GPU copy too, for generators on the GPU)."""
     num_bytes = int(size_mb * 1024 * 1024) // (4 * NUM_TENSORS) * 4 * NUM_TENSORS
     bucket_values = max(1, int(bucket_mb * 1024 * 1024) // 4)
     entry: dict[str, Any] = {
@@ -255,10 +279,13 @@ def size_entry(
         "memcpy_GBps": _gbps(num_bytes, memcpy_s(num_bytes, repeats)),
         "raw_gloo_GBps": _gbps(num_bytes, raw_gloo_s(num_bytes, bucket_values, repeats)),
     }
+    if generator_device == "cuda":
+        entry["h2d_GBps"] = _gbps(num_bytes, h2d_s(num_bytes, repeats))
     for arm, (transport, verify) in ARMS.items():
         measured = arm_rounds(
-            transport, verify, num_bytes, generators, trainer_ranks, repeats, bucket_mb
-        )
+            transport, verify, num_bytes, generators, trainer_ranks, repeats, bucket_mb,
+            generator_device,
+        )  # fmt: skip
         entry[arm] = {
             f"ranks_{ranks}": {
                 f"generators_{count}": summary(num_bytes, measured[ranks, count])
@@ -276,7 +303,14 @@ def bench(
     repeats: int,
     bucket_mb: float,
     trainer_ranks: Sequence[int] = (1, 2),
+    generator_device: str = "cpu",
 ) -> dict[str, Any]:
+    if generator_device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--generator-device: cuda, but this machine has no CUDA device")
     torch.set_num_threads(1)
-    sizes = [size_entry(mb, generators, trainer_ranks, repeats, bucket_mb) for mb in sizes_mb]
-    return {"generators": generators, "trainer_ranks": list(trainer_ranks), "sizes": sizes}
+    sizes = [
+        size_entry(mb, generators, trainer_ranks, repeats, bucket_mb, generator_device)
+        for mb in sizes_mb
+    ]
+    return {"generators": generators, "trainer_ranks": list(trainer_ranks),
+            "generator_device": generator_device, "sizes": sizes}  # fmt: skip

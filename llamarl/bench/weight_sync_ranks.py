@@ -52,7 +52,7 @@ def model_checksum(model: torch.nn.Module) -> str:
     """The checksum of the model's weights laid end to end (that of its flat buffer)."""
     digest = Checksum()
     for tensor in weight_objects(model):
-        digest.update(tensor.detach().reshape(-1))
+        digest.update(tensor.detach().reshape(-1).cpu())
     return digest.hexdigest()
 
 
@@ -81,11 +81,14 @@ def _rank(
         publisher.close()
 
 
-def _generator(worker_id: str, config: SyncConfig, num_bytes: int, todo: Any, out: Any) -> None:
-    """Pull each announced version and swap it into a model, as a generator does, reporting the
-    seconds each pull took; on VERIFY report the checksum of the model's weights."""
+def _generator(
+    worker_id: str, config: SyncConfig, num_bytes: int, device: str, todo: Any, out: Any
+) -> None:
+    """Pull each announced version and swap it into a model on `device`, as a generator does,
+    reporting the seconds each pull took (until the weights are on the device); on VERIFY report
+    the checksum of the model's weights."""
     torch.set_num_threads(1)
-    model = FlatModel(num_bytes, GENERATOR_SEED)
+    model = FlatModel(num_bytes, GENERATOR_SEED).to(device)
     receiver = make_receiver(config, worker_id)
     while (task := todo.get(timeout=TIMEOUT_S * 4)) is not None:
         if task == VERIFY:
@@ -94,6 +97,8 @@ def _generator(worker_id: str, config: SyncConfig, num_bytes: int, todo: Any, ou
         started = time.perf_counter()
         version, fetched = receiver.fetch(task)
         receiver.swap_in(model, fetched)
+        if device == "cuda":
+            torch.cuda.synchronize()
         del fetched
         out.put((worker_id, version, time.perf_counter() - started))
     receiver.close()
@@ -152,15 +157,17 @@ class Trainer:
 
 
 class Generators:
-    """Generator processes pulling the same versions at once; a round of `count` uses the first
-    `count` of them (the others wait idle, taking no CPU)."""
+    """Generator processes pulling the same versions at once into models on `device`; a round of
+    `count` uses the first `count` of them (the others wait idle, taking no CPU)."""
 
     def __init__(self, ctx: SpawnContext, config: SyncConfig, num_bytes: int,
-                 num_generators: int) -> None:  # fmt: skip
+                 num_generators: int, device: str) -> None:  # fmt: skip
         self.out = ctx.Queue()
         self.todo = [ctx.Queue() for _ in range(num_generators)]
         self.procs = [
-            ctx.Process(target=_generator, args=(f"gen-{i}", config, num_bytes, todo, self.out))
+            ctx.Process(
+                target=_generator, args=(f"gen-{i}", config, num_bytes, device, todo, self.out)
+            )
             for i, todo in enumerate(self.todo)
         ]
         for proc in self.procs:

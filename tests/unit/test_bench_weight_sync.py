@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 
-from llamarl.bench.weight_sync import Rounds, add_ratios, summary
+from llamarl.bench.weight_sync import Rounds, add_ratios, bench, summary
 from llamarl.bench.weight_sync_ranks import FlatModel, Published, model_checksum, shards
+from llamarl.errors import ConfigError
 from llamarl.weightsync.flat import checksum, copy_into, flatten, num_values
 
 NUM_BYTES = 32 * 4 * 10
@@ -51,3 +53,19 @@ def test_ratios_compare_two_ranks_with_one_and_g_generators_with_one() -> None:
     assert entry["gloo_time_4_vs_1"] == {"ranks_1": 4.0, "ranks_2": 2.5}
     assert entry["gloo_pull_time_ranks_2_vs_1"] == {"generators_1": 0.8, "generators_4": 0.5}
     assert entry["gloo_stage_time_ranks_2_vs_1"] == {"generators_1": 0.5, "generators_4": 0.5}
+
+
+def test_generators_on_the_gpu_compare_shared_memory_with_a_host_to_gpu_copy() -> None:
+    entry: dict[str, Any] = {"memcpy_GBps": {"median": 10.0}, "h2d_GBps": {"median": 5.0}}
+    entry["shm"] = {"ranks_1": {"generators_1": summary(10**9, _rounds(1, 0.1, 0.4))}}
+    add_ratios(entry, "shm", [1], [1])
+    # pull medians 0.6 s (noise 0, 0.5, 1): 1.667 GB/s against 5
+    assert entry["shm_vs_h2d"] == {"ranks_1": 0.333} and "shm_vs_memcpy" not in entry
+
+
+def test_generators_on_a_gpu_this_machine_lacks_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="--generator-device: cuda, but this machine has no"):
+        bench([4], [1], 1, 16.0, [1], generator_device="cuda")
