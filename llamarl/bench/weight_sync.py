@@ -67,14 +67,21 @@ ARMS = {
 """What is measured: transport and `sync.verify` (auto: checksum over gloo, size over shm)."""
 
 
-def memcpy_s(num_bytes: int, repeats: int) -> list[float]:
+def copy_s(num_bytes: int, repeats: int, device: str = "cpu") -> list[float]:
+    """Seconds of each raw copy of the bytes from ordinary (pageable) memory into a buffer on
+    `device`: memcpy on the CPU; on cuda, the host-to-GPU copy a generator there makes of a
+    mapped version."""
     source = torch.randn(num_bytes // 4)
-    target = torch.empty_like(source)
+    target = torch.empty_like(source, device=device)
     target.copy_(source)
     times = []
     for _ in range(repeats):
+        if target.is_cuda:
+            torch.cuda.synchronize()
         started = time.perf_counter()
         target.copy_(source)
+        if target.is_cuda:
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - started)
     return times
 
@@ -114,22 +121,6 @@ def raw_gloo_s(num_bytes: int, bucket_values: int, repeats: int) -> list[float]:
     times: list[float] = out.get(timeout=TIMEOUT_S * 2)
     for proc in procs:
         proc.join(TIMEOUT_S)
-    return times
-
-
-def h2d_s(num_bytes: int, repeats: int) -> list[float]:
-    """A raw host-to-GPU copy of the bytes from ordinary (pageable) memory, as a generator on
-    the GPU copies a mapped version."""
-    source = torch.randn(num_bytes // 4)
-    target = torch.empty_like(source, device="cuda")
-    target.copy_(source)
-    times = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        target.copy_(source)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - started)
     return times
 
 
@@ -276,11 +267,11 @@ def size_entry(
     bucket_values = max(1, int(bucket_mb * 1024 * 1024) // 4)
     entry: dict[str, Any] = {
         "mb": round(num_bytes / 2**20, 1),
-        "memcpy_GBps": _gbps(num_bytes, memcpy_s(num_bytes, repeats)),
+        "memcpy_GBps": _gbps(num_bytes, copy_s(num_bytes, repeats)),
         "raw_gloo_GBps": _gbps(num_bytes, raw_gloo_s(num_bytes, bucket_values, repeats)),
     }
     if generator_device == "cuda":
-        entry["h2d_GBps"] = _gbps(num_bytes, h2d_s(num_bytes, repeats))
+        entry["h2d_GBps"] = _gbps(num_bytes, copy_s(num_bytes, repeats, "cuda"))
     for arm, (transport, verify) in ARMS.items():
         measured = arm_rounds(
             transport, verify, num_bytes, generators, trainer_ranks, repeats, bucket_mb,
