@@ -110,7 +110,8 @@ class Learner:
     def step(self, groups: Sequence[TrainGroup]) -> dict[str, float]:
         algorithm = self.algorithm
         rewards = torch.stack([g.rewards for g in groups])
-        advantages = group_advantages(rewards, algorithm.advantage)
+        device = self.policy.model.device  # where every micro-batch is computed
+        advantages = group_advantages(rewards, algorithm.advantage).to(device)
         num_tokens = float(sum(float(g.completion_mask.sum()) for g in groups))
         num_rows = sum(int(g.completion_ids.shape[0]) for g in groups)
         stats = _StepStats()
@@ -121,7 +122,7 @@ class Learner:
         cuts = micro_batches([groups[i] for i in mine], self.trainer.micro_batch_tokens)
         for index, cut in enumerate(cuts):
             members = [mine[i] for i in cut]
-            batch = stack([groups[i] for i in members]).to(self.policy.model.device)
+            batch = stack([groups[i] for i in members]).to(device)
             with self._gradient_sync(last=index == len(cuts) - 1):
                 loss, kl, logp, entropy, terms = self._loss(batch, advantages[members], num_tokens,
                                                             num_rows)  # fmt: skip
@@ -141,9 +142,8 @@ class Learner:
         self, batch: MicroBatch, advantages: torch.Tensor, num_tokens: float, num_rows: int
     ) -> tuple[torch.Tensor, float, torch.Tensor, torch.Tensor, Any]:
         """A micro-batch's share of the step's loss, its KL share and its per-token terms
-        (`batch` on the model's device)."""
+        (`batch` and `advantages` on the model's device)."""
         algorithm = self.algorithm
-        advantages = advantages.to(self.policy.model.device)
         logp, entropy = self._logprobs(self._forward, batch)
         ref_logp = None
         if self.reference is not None:
