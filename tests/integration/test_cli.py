@@ -60,14 +60,12 @@ def test_worker_without_redis_exits_3_after_the_deadline() -> None:
         "LLAMARL_BROKER": f"127.0.0.1:{free_port_block()}",
         "LLAMARL__REDIS__CONNECT_DEADLINE_S": "1",
     }
-    started = time.monotonic()
     done = subprocess.run(
         [*LLAMARL, "worker", "reward", "--worker-id", "r0", "--log-format", "json"],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 3
     assert "reward r0: redis unreachable for 1s during register worker" in done.stderr
-    assert time.monotonic() - started < 60
 
 
 def test_monitor_shows_progress_workers_and_rejections(redis_server, store) -> None:

@@ -13,7 +13,7 @@ from matplotlib import image
 from llamarl.config import parse_config
 from llamarl.errors import ConfigError
 from llamarl.plot import plot
-from llamarl.roles.runtime import SPAN_MERGE_S
+from llamarl.roles import runtime
 from llamarl.sync_run import run_sync
 
 MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
@@ -43,18 +43,23 @@ def test_plot_writes_png_figures_with_content_for_overlaid_runs(tmp_path: Path) 
         assert float(np.std(pixels)) > 0.01, f"{path.name} is blank"
 
 
-def test_a_sync_runs_roles_take_turns_on_the_timeline(tmp_path: Path) -> None:
+def test_a_sync_runs_roles_take_turns_on_the_timeline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Unmerged spans: a merged one may cover another role's short span in its gap. One process
+    # runs the roles in turn, so each span closes before the next role's opens, whatever the
+    # machine's speed or load (what the run loop guarantees, not a tolerance on seconds).
+    monkeypatch.setattr(runtime, "SPAN_MERGE_S", 0.0)
     run = _run(tmp_path / "sync", 0)
     spans = {w: json.loads((run / "timers" / f"{w}.json").read_text())["busy_spans"]
              for w in ("trainer", "generator-0", "reward-0")}  # fmt: skip
     assert all(spans.values()), spans
-    # One process runs the roles in turn. A worker's spans closer than SPAN_MERGE_S are merged,
-    # so another's short span in such a gap may lie inside it: no more than that gap overlaps.
     for first, second in itertools.combinations(spans, 2):
         for a_start, a_end in spans[first]:
             for b_start, b_end in spans[second]:
-                overlap = min(a_end, b_end) - max(a_start, b_start)
-                assert overlap <= SPAN_MERGE_S + 0.002, f"{first} and {second} overlap {overlap}"
+                assert a_end <= b_start or b_end <= a_start, (
+                    f"{first} {a_start}-{a_end} and {second} {b_start}-{b_end} overlap"
+                )
 
 
 def test_plot_of_a_directory_that_is_not_a_run_says_so(tmp_path: Path) -> None:

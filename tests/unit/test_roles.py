@@ -7,6 +7,7 @@ import json
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from llamarl.roles import build
 from llamarl.roles.runtime import BusyTimer, RoleRuntime
 from llamarl.roles.trainer import Trainer
 from llamarl.roles.trainer_durability import resume, rewind_logs
-from llamarl.store import MemoryStore
+from llamarl.store import MemoryStore, WorkerInfo
 from llamarl.sync_run import run_sync
 from tests.factories import FakeClock
 
@@ -132,32 +133,45 @@ def test_repeated_resumes_from_one_checkpoint_keep_the_gate_at_the_trained_versi
     assert store.ledger()["issued"] == (6 + k + 1) * pps, "the gate must open with training"
 
 
-def _fast_beating_trainer(tmp_path: Path, worker_id: str) -> tuple[RoleRuntime, MemoryStore]:
-    """A registered trainer runtime whose heartbeat TTL is 0.1 s (beats every 0.02 s)."""
+def _fast_beating_trainer(
+    tmp_path: Path, worker_id: str
+) -> tuple[RoleRuntime, MemoryStore, FakeClock]:
+    """A registered trainer runtime whose heartbeat TTL is 0.1 s (beats every 0.02 s), on a store
+    whose clock (which expires registrations) moves only when the test moves it: how soon a
+    thread gets the CPU cannot expire anything."""
     config = _config(tmp_path, workers={"heartbeat_s": 0.02, "heartbeat_ttl_s": 0.1})
-    store = MemoryStore()
+    clock = FakeClock()
+    store = MemoryStore(clock=clock)
     hub = MemoryHub("roles")
     runtime = RoleRuntime("trainer", config, worker_id, store, hub.client(worker_id),
                           build.rejections_of("trainer", config, store),
                           lambda: hub.client(worker_id))  # fmt: skip
     runtime.register()
-    return runtime, store
+    return runtime, store, clock
+
+
+def _wait_for_worker(
+    store: MemoryStore, condition: Callable[[WorkerInfo], bool], what: str
+) -> None:
+    deadline = time.monotonic() + 60  # a hang guard: the thread beats every 0.02 s
+    while not condition(store.workers()[0]):
+        assert time.monotonic() < deadline, what
 
 
 def test_keep_alive_beats_through_a_phase_longer_than_the_heartbeat_ttl(tmp_path: Path) -> None:
-    runtime, store = _fast_beating_trainer(tmp_path, "trainer")
-    config = runtime.config
-    beats: set[str] = set()
+    runtime, store, clock = _fast_beating_trainer(tmp_path, "trainer")
+    ttl_s = runtime.config.workers.heartbeat_ttl_s
     with runtime.keep_alive("warm-start") as phase:
-        started = time.monotonic()
-        while time.monotonic() - started < 3 * config.workers.heartbeat_ttl_s:  # the long phase
+        for _ in range(6):  # the long phase: 3 TTLs of store time, in steps under one TTL
+            seen = store.workers()[0].fields["last_seen"]
+            clock.advance(ttl_s / 2)
+            _wait_for_worker(store, lambda w, seen=seen: w.fields["last_seen"] != seen,
+                             "no heartbeat came from the keep-alive thread")  # fmt: skip
             (worker,) = store.workers()
             assert worker.alive and worker.fields["status"] == "warm-start"
-            beats.add(worker.fields["last_seen"])
         phase.report("warm start", 3, 10)  # what a Progress listener does
-        while store.workers()[0].fields["status"] != "warm start 3/10":
-            assert time.monotonic() - started < 10, "the status never showed the progress"
-    assert len(beats) >= 3, "heartbeats came from the keep-alive thread"
+        _wait_for_worker(store, lambda w: w.fields["status"] == "warm start 3/10",
+                         "the status never showed the progress")  # fmt: skip
     assert not [t for t in threading.enumerate() if t.name.startswith("keep-alive")]
     runtime.close()
 
@@ -167,13 +181,11 @@ def test_a_training_step_longer_than_the_ttl_brings_back_the_whole_registration(
 ) -> None:
     """A worker whose key expired between two beats (a step longer than the TTL) is re-created
     with its role and pid by the keep-alive thread, so the monitor finds the trainer again."""
-    runtime, store = _fast_beating_trainer(tmp_path, "trainer-7")
-    deadline = time.monotonic() + 10
-    while store.workers()[0].alive:  # no beat: the registration expires
-        assert time.monotonic() < deadline, "the registration never expired"
+    runtime, store, clock = _fast_beating_trainer(tmp_path, "trainer-7")
+    clock.advance(2 * runtime.config.workers.heartbeat_ttl_s)  # no beat: the registration expires
+    assert not store.workers()[0].alive
     with runtime.keep_alive("running", beat_now=False):
-        while not store.workers()[0].alive:
-            assert time.monotonic() < deadline, "the keep-alive thread never beat"
+        _wait_for_worker(store, lambda w: w.alive, "the keep-alive thread never beat")
         fields = store.workers()[0].fields
     assert fields["role"] == "trainer" and int(fields["pid"]) > 0, fields
     runtime.close()

@@ -40,9 +40,7 @@ def _read_pids(proc: subprocess.Popen[str]) -> list[int]:
 def test_stop_ends_a_cooperative_child_with_sigterm() -> None:
     proc = _python("import time; print('ready', flush=True); time.sleep(600)")
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-    started = time.monotonic()
-    assert supervise.stop(proc, grace_s=30) == -signal.SIGTERM
-    assert time.monotonic() - started < 10  # no grace period spent
+    assert supervise.stop(proc, grace_s=30) == -signal.SIGTERM  # ended by SIGTERM, not the kill
     assert proc.returncode == -signal.SIGTERM and not supervise.alive(proc.pid)
 
 
