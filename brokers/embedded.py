@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from brokers.redis_server import RedisServer
-from llamarl import supervise
 from llamarl.bus import query_broker_stats
 from llamarl.curve import load_curve
+from llamarl.launch import supervise
 from llamarl.net import BrokerEndpoints, free_port_block
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import redis
 
-from llamarl import supervise
+from llamarl.launch import supervise
 from llamarl.net import free_port_block
 
 

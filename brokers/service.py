@@ -20,8 +20,8 @@ from llamarl.config import RunConfig, apply_overrides, load_config, parse_config
 from llamarl.curve import load_curve
 from llamarl.errors import ConfigError
 from llamarl.limits import RateLimiter, Rejections
-from llamarl.log import configure_logging
 from llamarl.net import BrokerEndpoints
+from llamarl.observe.log import configure_logging
 from llamarl.store import RedisStore
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from brokers.redis_server import RedisServer
-from llamarl import supervise
 from llamarl.bus import query_broker_stats
 from llamarl.curve import Curve
+from llamarl.launch import supervise
 from llamarl.net import BrokerEndpoints, free_port_block
 from llamarl.store import RedisStore
 

@@ -14,10 +14,10 @@ import structlog
 import torch
 
 from llamarl.config import RunConfig, apply_overrides, load_config, parse_config
-from llamarl.cores import role_threads
 from llamarl.errors import ConfigError
-from llamarl.log import configure_logging
-from llamarl.metrics_export import serve_metrics
+from llamarl.launch.cores import role_threads
+from llamarl.observe.log import configure_logging
+from llamarl.observe.metrics_export import serve_metrics
 from llamarl.roles.build import connect
 from llamarl.roles.runtime import RoleRuntime
 

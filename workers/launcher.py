@@ -1,9 +1,9 @@
 """`llamarl run CONFIG`: a whole job on one machine.
 
-`--mode sync` runs the synchronous baseline in this process (`llamarl.sync_run`). The default async
+`--mode sync` runs the synchronous baseline in this process (`llamarl.launch.sync_run`). The default async
 mode starts a private Redis and broker (when the config names no Redis URL), then each role as
-`python -m workers.<role>` under `llamarl.launch`; with `--launcher ray` each role's process is
-held by a Ray actor instead (`llamarl.ray_launch`). A launch is a fresh run: it clears the run
+`python -m workers.<role>` under `llamarl.launch.local`; with `--launcher ray` each role's process is
+held by a Ray actor instead (`llamarl.launch.ray_actors`). A launch is a fresh run: it clears the run
 directory's results, checkpoints and embedded Redis data; `--resume` keeps them and carries on a
 stopped run (Redis from its AOF, the trainer from its newest checkpoint).
 """
@@ -21,8 +21,8 @@ import torch
 
 from brokers.embedded import EmbeddedServices
 from llamarl.config import load_config
-from llamarl.cores import plan_threads, usable_cores
-from llamarl.launch import (
+from llamarl.launch.cores import plan_threads, usable_cores
+from llamarl.launch.local import (
     check_redis,
     local_spawn,
     preflight,
@@ -30,9 +30,9 @@ from llamarl.launch import (
     run_roles,
     worker_env,
 )
-from llamarl.log import configure_logging
-from llamarl.ray_launch import check_launcher, ray_spawn
-from llamarl.sync_run import run_sync
+from llamarl.launch.ray_actors import check_launcher, ray_spawn
+from llamarl.launch.sync_run import run_sync
+from llamarl.observe.log import configure_logging
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

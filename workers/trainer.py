@@ -12,13 +12,13 @@ import sys
 
 import structlog
 
-from llamarl import supervise
 from llamarl.errors import ConfigError
-from llamarl.log import configure_logging
-from llamarl.parallel import TrainerRanks
+from llamarl.launch import supervise
+from llamarl.observe.log import configure_logging
 from llamarl.roles import build
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.store import RedisStore
+from llamarl.training.parallel import TrainerRanks
 from workers.common import load_worker_config, parse_worker_args, run_worker
 
 log = structlog.get_logger(__name__)

@@ -17,7 +17,7 @@ pipeline is still filling.
 
 Per pair: speed-up = sync s/step / async s/step, and the bound that perfect overlap would give
 from the measured per-role times. Each role's time is measured alone, at the threads the async
-run gives it (`llamarl.cores`), in short synchronous "solo" runs of the same work (generation and
+run gives it (`llamarl.launch.cores`), in short synchronous "solo" runs of the same work (generation and
 training phases timed separately, nothing else running); perfect overlap makes a step as long as
 the slowest role, so bound = sync s/step / max(solo generation, solo training) s/step, and
 efficiency = speed-up / bound: what contention between the roles, the bus, Redis and weight sync
@@ -37,7 +37,7 @@ import yaml
 
 from llamarl.bench.stats import median, median_time, spread
 from llamarl.config import parse_config
-from llamarl.cores import plan_threads
+from llamarl.launch.cores import plan_threads
 
 
 @dataclass(frozen=True)

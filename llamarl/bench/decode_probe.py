@@ -20,9 +20,9 @@ def _time_batches(tree: dict[str, Any], threads: int, prompts: int, out: Any) ->
     import torch
 
     from llamarl.config import parse_config
-    from llamarl.cores import encoded_prompts
     from llamarl.engine.model import make_policy
     from llamarl.engine.sampling import sample
+    from llamarl.launch.cores import encoded_prompts
 
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:threads]))
     torch.set_num_threads(threads)

@@ -35,7 +35,7 @@ from llamarl.bench.async_vs_sync import RunResult, run_once
 from llamarl.bench.decode_probe import batch_seconds
 from llamarl.bench.weight_sync import transport_rounds
 from llamarl.config import parse_config
-from llamarl.cores import usable_cores, work_probes
+from llamarl.launch.cores import usable_cores, work_probes
 from llamarl.sim.costs import Costs, ThreadCosts
 
 PROFILE_STEPS = 12

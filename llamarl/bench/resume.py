@@ -22,10 +22,10 @@ from typing import Any
 
 import yaml
 
-from llamarl import supervise
 from llamarl.bench.async_vs_sync import warm_start
 from llamarl.bench.stats import spread
 from llamarl.config import parse_config
+from llamarl.launch import supervise
 from llamarl.store import RedisStore
 
 

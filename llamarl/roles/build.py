@@ -3,7 +3,7 @@ weight transport) and the parts it owns (policy, learner, prompt set, verifier).
 
 `connect` builds a runtime on the networked store and bus (Redis and the ZeroMQ broker) for a
 role process; the synchronous baseline builds its runtimes on in-process ones instead
-(`llamarl.sync_run`). Everything else here is the same for both.
+(`llamarl.launch.sync_run`). Everything else here is the same for both.
 """
 
 from __future__ import annotations
@@ -14,16 +14,12 @@ from pathlib import Path
 import torch
 
 from llamarl.bus import BusClient
-from llamarl.checkpoint import CheckpointStore, Restored
 from llamarl.config import RunConfig, writable_run_dir
 from llamarl.curve import load_curve
 from llamarl.engine.model import Policy, make_policy, place
 from llamarl.errors import ConfigError
-from llamarl.evaluate import Evaluation, evaluate
-from llamarl.learner import Learner
 from llamarl.limits import RejectHook, Rejections
 from llamarl.net import BrokerEndpoints
-from llamarl.parallel import TrainerRanks
 from llamarl.rewards import make_verifier
 from llamarl.rewards.custom import load_reward
 from llamarl.rewards.reward_model import RewardModelScorer
@@ -34,9 +30,13 @@ from llamarl.roles.runtime import RoleRuntime
 from llamarl.roles.trainer import Trainer
 from llamarl.roles.trainer_durability import Checkpointer
 from llamarl.roles.trainer_follower import TrainerFollower
-from llamarl.sft import starting_policy
 from llamarl.store import RedisStore, RejectCounts
 from llamarl.tasks import make_prompt_set
+from llamarl.training.checkpoint import CheckpointStore, Restored
+from llamarl.training.evaluate import Evaluation, evaluate
+from llamarl.training.learner import Learner
+from llamarl.training.parallel import TrainerRanks
+from llamarl.training.sft import starting_policy
 from llamarl.weightsync import (
     WeightPublisher,
     WeightReceiver,

@@ -15,11 +15,11 @@ import structlog
 import torch
 
 from llamarl.engine.model import Policy
+from llamarl.engine.rollouts import pack_groups
 from llamarl.engine.sampling import sample
 from llamarl.errors import SyncError
 from llamarl.protocol import VersionAnnouncement
 from llamarl.roles.runtime import RoleRuntime
-from llamarl.rollouts import pack_groups
 from llamarl.store import Ticket
 from llamarl.tasks import PromptSet
 from llamarl.topics import ROLLOUTS, VERSIONS

@@ -4,9 +4,9 @@ trainer."""
 
 from __future__ import annotations
 
+from llamarl.engine.rollouts import score_group
 from llamarl.rewards.scorers import GroupScorer
 from llamarl.roles.runtime import RoleRuntime
-from llamarl.rollouts import score_group
 from llamarl.topics import ROLLOUTS, SCORED
 
 POLL_MS = 50

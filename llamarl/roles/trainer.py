@@ -8,7 +8,7 @@ is written before the ticket is ended, so a crash never ends a ticket that the j
 Checkpoints and resume: `llamarl.roles.trainer_durability`. A new version is staged (one copy of
 the weights) in the loop and checksummed, exposed, recorded and announced on a thread of its own.
 
-With several ranks (`llamarl.parallel`) this is rank 0: it orders the other ranks to train each
+With several ranks (`llamarl.training.parallel`) this is rank 0: it orders the other ranks to train each
 step's groups and to publish each version (`llamarl.roles.trainer_follower`), publishes its own
 shard, and announces a version once every rank has recorded its shard in the store.
 """
@@ -23,23 +23,23 @@ from typing import Any
 
 import structlog
 
-from llamarl.background import LatestOnly
 from llamarl.bus import Bus, WorkQueue
-from llamarl.checkpoint import Restored, TrainerState
 from llamarl.engine.model import save_policy
+from llamarl.engine.rollouts import oldest_version, train_group
 from llamarl.errors import ProtocolError, SyncError
-from llamarl.evaluate import Evaluation
-from llamarl.export import FINAL_MODEL
-from llamarl.learner import Learner
-from llamarl.metric_sinks import make_metrics
-from llamarl.parallel import Order, TrainerRanks
+from llamarl.observe.metric_sinks import make_metrics
 from llamarl.protocol import Control, ScoredGroup, VersionAnnouncement
 from llamarl.roles.admission import check_scored
+from llamarl.roles.background import LatestOnly
 from llamarl.roles.runtime import RoleRuntime
+from llamarl.roles.ticket_book import TicketBook
 from llamarl.roles.trainer_durability import SAMPLES_LOG, Checkpointer, resume, rewind_logs
-from llamarl.rollouts import oldest_version, train_group
-from llamarl.ticket_book import TicketBook
 from llamarl.topics import CONTROL, SCORED, VERSIONS
+from llamarl.training.checkpoint import Restored, TrainerState
+from llamarl.training.evaluate import Evaluation
+from llamarl.training.export import FINAL_MODEL
+from llamarl.training.learner import Learner
+from llamarl.training.parallel import Order, TrainerRanks
 from llamarl.weightsync import Staged, WeightPublisher
 from llamarl.weightsync.base import Meta
 from llamarl.weightsync.messages import join_shards
@@ -179,7 +179,7 @@ class Trainer:
     def admit(self, scored: ScoredGroup) -> None:
         """Buffer a scored group unless it fails the door's checks (`llamarl.roles.admission`,
         counted by reason) or its ticket has ended or is buffered already (a late duplicate of a
-        reissued ticket; decided locally, see llamarl.ticket_book)."""
+        reissued ticket; decided locally, see llamarl.roles.ticket_book)."""
         try:
             check_scored(scored, self.vocab_size, self.policy_version)
         except ProtocolError as err:

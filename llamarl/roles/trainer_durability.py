@@ -1,7 +1,7 @@
 """The trainer's durability: checkpoints written off its path, and the resume that takes a run up
 where the store and the newest checkpoint left it.
 
-Checkpoints (`llamarl.checkpoint`) are written after the warm start, every
+Checkpoints (`llamarl.training.checkpoint`) are written after the warm start, every
 `trainer.checkpoint_every` steps and on a requested stop. A trainer resumes from the newest one of
 its run: it publishes version max(checkpoint, store) + 1, so no version number is reused, and
 rewinds the journal (RUN_DIR/trained.jsonl) to the checkpoint's step. The tickets trained after
@@ -17,12 +17,12 @@ from typing import Any
 
 import structlog
 
-from llamarl.background import LatestOnly
-from llamarl.checkpoint import CheckpointStore, Snapshot, TrainerState, take_snapshot
-from llamarl.journal import rewind
-from llamarl.learner import Learner
 from llamarl.protocol import ScoredGroup
+from llamarl.roles.background import LatestOnly
+from llamarl.roles.journal import rewind
 from llamarl.store import Store
+from llamarl.training.checkpoint import CheckpointStore, Snapshot, TrainerState, take_snapshot
+from llamarl.training.learner import Learner
 
 log = structlog.get_logger(__name__)
 

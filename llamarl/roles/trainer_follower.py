@@ -1,7 +1,7 @@
 """A trainer rank other than 0: it trains and publishes what rank 0 orders, nothing else.
 
 It holds a replica of the model (DistributedDataParallel keeps it equal to rank 0's) and the
-optimizer, and follows `llamarl.parallel.Order`s: `step` trains on this rank's share of the
+optimizer, and follows `llamarl.training.parallel.Order`s: `step` trains on this rank's share of the
 groups (the gradients are summed over ranks inside the step), `publish` stages this rank's shard
 of the version, which its publisher thread exposes to the generators and records in the store
 (`put_version_shard`) for rank 0 to announce, and `stop` ends it. It has no bus, ledger,
@@ -14,11 +14,11 @@ from typing import Any
 
 import structlog
 
-from llamarl.background import LatestOnly
-from llamarl.learner import Learner
-from llamarl.parallel import TrainerRanks
-from llamarl.rollouts import train_group
+from llamarl.engine.rollouts import train_group
+from llamarl.roles.background import LatestOnly
 from llamarl.store import VersionGate
+from llamarl.training.learner import Learner
+from llamarl.training.parallel import TrainerRanks
 from llamarl.weightsync import Staged, WeightPublisher
 
 log = structlog.get_logger(__name__)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from llamarl.config import RunConfig
-from llamarl.cores import split_cores
+from llamarl.launch.cores import split_cores
 from llamarl.sim.costs import Costs, Lengths
 from llamarl.sim.rl import Layout, simulate_async, simulate_sync, speedup
 

@@ -1,4 +1,4 @@
-"""The `Store` in one process's memory: the semantics of llamarl/lua.py without a server.
+"""The `Store` in one process's memory: the semantics of llamarl/store/lua.py without a server.
 
 For the synchronous baseline and fast tests. Every method holds one lock for its whole body, which
 gives the atomicity the Lua scripts give on Redis. Lease expiry and heartbeat TTLs run on an

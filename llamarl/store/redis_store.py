@@ -35,8 +35,8 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 import structlog
 
-from llamarl import lua
 from llamarl.errors import StaleVersionError
+from llamarl.store import lua
 from llamarl.store.records import LEDGER_FIELDS, OUTCOMES, Ticket, WorkerBeat, WorkerInfo
 
 log = structlog.get_logger(__name__)

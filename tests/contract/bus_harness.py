@@ -12,8 +12,8 @@ from typing import Any
 
 import zmq
 
-from llamarl import supervise
 from llamarl.bus import Bus, BusClient, MemoryHub, query_broker_stats
+from llamarl.launch import supervise
 from llamarl.limits import RejectHook
 from llamarl.net import BrokerEndpoints, free_port_block
 from llamarl.protocol import Control, encode, make_envelope

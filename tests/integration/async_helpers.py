@@ -12,7 +12,7 @@ from typing import Any
 import redis
 import yaml
 
-from llamarl import supervise
+from llamarl.launch import supervise
 from llamarl.store import RedisStore
 
 SMALL_RUN: dict[str, Any] = {

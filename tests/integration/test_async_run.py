@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from llamarl import supervise
 from llamarl.curve import generate_keys
+from llamarl.launch import supervise
 from tests.integration.async_helpers import (
     check_finished_run,
     launch,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llamarl import supervise
+from llamarl.launch import supervise
 from llamarl.net import free_port_block
 
 REPO = Path(__file__).resolve().parents[2]

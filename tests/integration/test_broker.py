@@ -8,8 +8,8 @@ import time
 
 import zmq
 
-from llamarl import supervise
 from llamarl.bus import BusClient, query_broker_stats
+from llamarl.launch import supervise
 from llamarl.net import BrokerEndpoints, free_port_block, make_socket
 from llamarl.topics import ROLLOUTS
 from tests.conftest import start_broker_process

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import zmq
 
-from llamarl import supervise
 from llamarl.bus import BusClient, query_broker_stats
+from llamarl.launch import supervise
 from llamarl.net import BrokerEndpoints, free_port_block
 from llamarl.protocol import VersionAnnouncement
 from llamarl.topics import ROLLOUTS, VERSIONS

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from brokers.redis_server import RedisServer
-from llamarl import supervise
+from llamarl.launch import supervise
 from llamarl.net import BrokerEndpoints, free_port_block
 from tests.conftest import start_broker_process
 from tests.integration.async_helpers import write_config

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import redis
 
-from llamarl import supervise
+from llamarl.launch import supervise
 from tests.integration.async_helpers import (
     check_finished_run,
     launch,

@@ -16,7 +16,7 @@ import torch
 from llamarl.config import AlgorithmConfig, NcclSync, ShmSync
 from llamarl.engine.model import build_policy, place
 from llamarl.engine.sampling import sample
-from llamarl.learner import Learner
+from llamarl.training.learner import Learner
 from llamarl.weightsync import make_publisher, make_receiver
 from llamarl.weightsync.flat import flatten
 from llamarl.weightsync.messages import join_shards

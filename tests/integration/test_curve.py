@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from llamarl import supervise
 from llamarl.bus import BusClient, query_broker_stats
 from llamarl.curve import Curve
 from llamarl.errors import SyncError
+from llamarl.launch import supervise
 from llamarl.net import BrokerEndpoints, free_port_block
 from llamarl.protocol import Control
 from llamarl.topics import CONTROL, ROLLOUTS

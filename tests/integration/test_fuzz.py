@@ -17,8 +17,8 @@ import pytest
 import zmq
 
 from brokers.redis_server import RedisServer
-from llamarl import supervise
 from llamarl.bus import BusClient, query_broker_stats
+from llamarl.launch import supervise
 from llamarl.net import BrokerEndpoints, free_port_block
 from llamarl.protocol import Control
 from llamarl.store import RedisStore

@@ -8,7 +8,7 @@ import os
 import signal
 from pathlib import Path
 
-from llamarl import supervise
+from llamarl.launch import supervise
 from tests.integration.async_helpers import launch, wait_for_steps, write_config
 
 SHM = Path("/dev/shm")

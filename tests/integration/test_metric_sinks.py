@@ -11,8 +11,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from llamarl.config import parse_config
 from llamarl.errors import ConfigError
-from llamarl.launch import preflight
-from llamarl.metric_sinks import WANDB_ID_FILE, check_sinks, make_metrics
+from llamarl.launch.local import preflight
+from llamarl.observe.metric_sinks import WANDB_ID_FILE, check_sinks, make_metrics
 
 RECORDS = [
     {"step": s, "reward_mean": s / 10, "policy_version": s, "note": "text"} for s in (1, 2, 3)

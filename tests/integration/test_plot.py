@@ -12,9 +12,9 @@ from matplotlib import image
 
 from llamarl.config import parse_config
 from llamarl.errors import ConfigError
-from llamarl.plot import plot
+from llamarl.launch.sync_run import run_sync
+from llamarl.observe.plot import plot
 from llamarl.roles import runtime
-from llamarl.sync_run import run_sync
 
 MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
          "max_position_embeddings": 32}  # fmt: skip

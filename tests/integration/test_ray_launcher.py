@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from llamarl import supervise
 from llamarl.config import parse_config
-from llamarl.cores import plan_threads
-from llamarl.ray_launch import Resources, cpus_needed, role_resources, worker_roles
+from llamarl.launch import supervise
+from llamarl.launch.cores import plan_threads
+from llamarl.launch.ray_actors import Resources, cpus_needed, role_resources, worker_roles
 from tests.integration.async_helpers import check_finished_run, wait_for_steps, write_config
 
 REPO = Path(__file__).resolve().parents[2]

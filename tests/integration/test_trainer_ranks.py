@@ -23,9 +23,9 @@ from llamarl.config import (
 )
 from llamarl.engine.grouped import TrainGroup, micro_batches
 from llamarl.engine.model import build_policy, place
-from llamarl.learner import Learner
 from llamarl.net import free_port_block
-from llamarl.parallel import TrainerRanks
+from llamarl.training.learner import Learner
+from llamarl.training.parallel import TrainerRanks
 from llamarl.weightsync import make_publisher, make_receiver
 from llamarl.weightsync.flat import Shard, flatten, weight_objects
 from llamarl.weightsync.messages import join_shards

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from llamarl import supervise
+from llamarl.launch import supervise
 from tests.integration.async_helpers import (
     check_finished_run,
     launch,

@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from llamarl import supervise
 from llamarl.bus import BusClient
+from llamarl.launch import supervise
 from llamarl.net import BrokerEndpoints
 from llamarl.topics import ROLLOUTS, SCORED
 from tests.factories import rollout_group

@@ -13,16 +13,16 @@ import torch
 
 from llamarl.bus import MemoryHub
 from llamarl.config import parse_config
+from llamarl.engine.rollouts import train_group
 from llamarl.errors import NonFiniteError, ProtocolError
-from llamarl.learner import Learner
 from llamarl.protocol import ScoredGroup, TypedArray
 from llamarl.roles import build
 from llamarl.roles.admission import check_scored
 from llamarl.roles.runtime import RoleRuntime
-from llamarl.rollouts import train_group
-from llamarl.sft import starting_policy
 from llamarl.store import MemoryStore
 from llamarl.tasks import make_prompt_set
+from llamarl.training.learner import Learner
+from llamarl.training.sft import starting_policy
 from llamarl.weightsync import make_publisher
 from tests.factories import rollout_group
 

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from llamarl.background import LatestOnly
-from llamarl.ticket_book import TicketBook
+from llamarl.roles.background import LatestOnly
+from llamarl.roles.ticket_book import TicketBook
 
 
 def test_items_are_handled_in_order_and_a_waiting_one_gives_way_to_a_newer_one() -> None:

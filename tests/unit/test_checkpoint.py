@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from llamarl.checkpoint import CheckpointStore, TrainerState, take_snapshot
 from llamarl.config import ModelConfig
 from llamarl.engine.model import build_policy
 from llamarl.errors import ConfigError
-from llamarl.journal import rewind
 from llamarl.protocol import ScoredGroup, TypedArray
+from llamarl.roles.journal import rewind
+from llamarl.training.checkpoint import CheckpointStore, TrainerState, take_snapshot
 from tests.factories import rollout_group
 
 TINY = ModelConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32)

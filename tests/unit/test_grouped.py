@@ -13,7 +13,7 @@ from llamarl.config import AlgorithmConfig, ModelConfig, TrainerConfig
 from llamarl.engine.grouped import TrainGroup, micro_batches
 from llamarl.engine.model import build_policy
 from llamarl.engine.sampling import left_pad, sample, token_logprobs
-from llamarl.learner import Learner
+from llamarl.training.learner import Learner
 
 PROMPTS = ["1+2=", "12+34=", "7+88=", "99+99=", "5+5="]  # three prompt lengths
 NUM_SAMPLES = 3

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from llamarl.config import parse_config
-from llamarl.launch import Supervisor
+from llamarl.launch.local import Supervisor
 
 
 def test_restarts_are_budgeted_per_window_not_per_run() -> None:

@@ -10,7 +10,7 @@ import torch
 
 from llamarl.config import parse_config
 from llamarl.errors import ConfigError
-from llamarl.launch import check_devices
+from llamarl.launch.local import check_devices
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")

@@ -7,8 +7,8 @@ import io
 
 from structlog.testing import capture_logs
 
-from llamarl.monitor import progress_line
-from llamarl.progress import Progress
+from llamarl.observe.monitor import progress_line
+from llamarl.observe.progress import Progress
 from llamarl.store import MemoryStore
 from tests.factories import FakeClock
 

@@ -14,7 +14,7 @@ from llamarl.bus import MemoryHub
 from llamarl.config import parse_config
 from llamarl.engine.tokenizer import build_char_tokenizer
 from llamarl.errors import ConfigError
-from llamarl.launch import preflight
+from llamarl.launch.local import preflight
 from llamarl.protocol import TypedArray
 from llamarl.rewards.reward_model import RewardModelScorer
 from llamarl.roles import build

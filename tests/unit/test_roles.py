@@ -15,19 +15,19 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from llamarl import sync_run
 from llamarl.bus import MemoryHub
-from llamarl.checkpoint import TrainerState
 from llamarl.config import RunConfig, parse_config
 from llamarl.errors import ConfigError
-from llamarl.export import export
+from llamarl.launch import sync_run
+from llamarl.launch.sync_run import run_sync
 from llamarl.rewards.custom import load_reward
 from llamarl.roles import build
 from llamarl.roles.runtime import BusyTimer, RoleRuntime
 from llamarl.roles.trainer import Trainer
 from llamarl.roles.trainer_durability import resume, rewind_logs
 from llamarl.store import MemoryStore, WorkerInfo
-from llamarl.sync_run import run_sync
+from llamarl.training.checkpoint import TrainerState
+from llamarl.training.export import export
 from tests.factories import FakeClock
 
 MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,

@@ -8,12 +8,12 @@ import subprocess
 import sys
 import time
 
-from llamarl import supervise
+from llamarl.launch import supervise
 
 # Prints its pid's children once they are all up, then waits for a signal.
 TREE = """
 import subprocess, sys, time
-from llamarl import supervise
+from llamarl.launch import supervise
 kids = [supervise.start([sys.executable, "-c", {child!r}]) for _ in range(2)]
 while sum(len(supervise.children(k.pid)) for k in kids) < 2:
     time.sleep(0.01)
@@ -98,7 +98,7 @@ def test_children_die_when_their_parent_is_sigkilled() -> None:
 def test_without_the_death_signal_a_child_outlives_its_parent() -> None:
     # The control for the test above: the same tree, started without the death signal.
     code = (
-        "import subprocess, sys; from llamarl import supervise; "
+        "import subprocess, sys; from llamarl.launch import supervise; "
         "kid = supervise.start(['sleep', '600'], die_with_parent=False); "
         "print(kid.pid, flush=True); sys.stdin.read()"
     )

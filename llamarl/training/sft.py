@@ -10,7 +10,7 @@ import torch
 
 from llamarl.config import RunConfig
 from llamarl.engine.model import Policy, make_policy, place
-from llamarl.progress import Listener, Progress
+from llamarl.observe.progress import Listener, Progress
 from llamarl.tasks import PromptSet
 
 

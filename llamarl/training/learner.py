@@ -7,7 +7,7 @@ pass computes each group's prompt once (`llamarl.engine.grouped`) in micro-batch
 loss, so accumulating their gradients gives exactly the one-pass gradient. AdamW runs fused
 (one kernel over all parameters) where the torch build has it, else multi-tensor (foreach).
 
-With several trainer ranks (`llamarl.parallel`) every rank is handed the whole step and trains
+With several trainer ranks (`llamarl.training.parallel`) every rank is handed the whole step and trains
 on its share of the groups, each micro-batch's loss still its share of the whole step's, scaled
 by the number of ranks because DistributedDataParallel averages what it sums; the gradients
 are all-reduced once, in the last micro-batch's backward pass, so they equal the one-process
@@ -31,7 +31,7 @@ from llamarl.config import AlgorithmConfig, TrainerConfig
 from llamarl.engine.grouped import MicroBatch, TrainGroup, grouped_logprobs, micro_batches, stack
 from llamarl.engine.model import Policy
 from llamarl.errors import NonFiniteError
-from llamarl.parallel import TrainerRanks
+from llamarl.training.parallel import TrainerRanks
 
 
 def make_optimizer(parameters: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.AdamW:

@@ -17,7 +17,7 @@ from typing import Any
 from llamarl.bus import Bus, MemoryHub
 from llamarl.config import LocalSync, RunConfig
 from llamarl.errors import SyncError
-from llamarl.progress import Progress
+from llamarl.observe.progress import Progress
 from llamarl.roles import build
 from llamarl.roles.generator import Generator
 from llamarl.roles.runtime import RoleRuntime

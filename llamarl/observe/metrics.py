@@ -1,5 +1,5 @@
 """Per-step metrics: RUN_DIR/metrics.jsonl, one JSON object a step (always written), and the
-sinks `logging` adds beside it (TensorBoard, Weights & Biases: llamarl/metric_sinks.py)."""
+sinks `logging` adds beside it (TensorBoard, Weights & Biases: llamarl/observe/metric_sinks.py)."""
 
 from __future__ import annotations
 

@@ -38,15 +38,15 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from llamarl import supervise
 from llamarl.errors import ConfigError
+from llamarl.launch import supervise
 
 # Ray imports this module in every actor's process to build its RoleActor, so what imports
-# torch (llamarl.launch, llamarl.cores) is imported inside the launcher's functions: an actor
+# torch (llamarl.launch.local, llamarl.launch.cores) is imported inside the launcher's functions: an actor
 # that starts in a fraction of a second places its role seconds sooner.
 if TYPE_CHECKING:
     from llamarl.config import RunConfig
-    from llamarl.cores import CoreSplit
+    from llamarl.launch.cores import CoreSplit
 
 log = structlog.get_logger(__name__)
 
@@ -220,7 +220,7 @@ class RaySpawner:
     def __call__(self, role: str, worker_id: str) -> RayProcess:
         import ray
 
-        from llamarl.launch import worker_command
+        from llamarl.launch.local import worker_command
 
         incarnation = self.incarnations[worker_id] = self.incarnations.get(worker_id, -1) + 1
         request = role_resources(self.config, self.split, role)
@@ -279,7 +279,7 @@ def ray_spawn(
     is placed) is shut down at the end; a cluster's is only disconnected from."""
     import ray
 
-    from llamarl.cores import usable_cores
+    from llamarl.launch.cores import usable_cores
 
     connect(address, max(usable_cores(), cpus_needed(config, split)))
     try:

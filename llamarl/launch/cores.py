@@ -95,7 +95,7 @@ def work_probes(config: RunConfig) -> tuple[Callable[[], Any], Callable[[], Any]
     from llamarl.engine.grouped import TrainGroup
     from llamarl.engine.model import make_policy
     from llamarl.engine.sampling import sample
-    from llamarl.learner import Learner
+    from llamarl.training.learner import Learner
 
     gen = config.generation
     policy = make_policy(config.model, config.seed)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from llamarl.checkpoint import PREFIX, TMP
 from llamarl.errors import ConfigError
+from llamarl.training.checkpoint import PREFIX, TMP
 
 FINAL_MODEL = "model"
 """Where a finished run's model goes, in Hugging Face format (RUN_DIR/model)."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from llamarl.config import LoggingConfig, RunConfig
 from llamarl.errors import ConfigError
-from llamarl.metrics import JsonlSink, MetricSink, MetricsWriter
+from llamarl.observe.metrics import JsonlSink, MetricSink, MetricsWriter
 
 WANDB_ID_FILE = "wandb-id"
 """RUN_DIR file holding the W&B run id, so a resumed run logs into the same W&B run."""

@@ -3,7 +3,7 @@ show progress from the store, end when the trainer finishes, and always stop eve
 
 How a child is started (its command line, its environment) is the caller's: `spawn(role,
 worker_id)` returns the started process, a `WorkerProcess`: a child of the launcher, or one a Ray
-actor holds (`llamarl.ray_launch`). A dead worker is restarted under the same id, up to
+actor holds (`llamarl.launch.ray_actors`). A dead worker is restarted under the same id, up to
 `workers.max_restarts` times each (the trainer resumes from its latest checkpoint); one restart
 too many ends the run, naming the role. Each child runs in its own session, so only the launcher
 signals it.
@@ -26,24 +26,24 @@ from typing import Any, Protocol
 import structlog
 import torch
 
-from llamarl import supervise
 from llamarl.config import (
     RunConfig,
     dump_config,
     unwritable_run_dir,
     writable_run_dir,
 )
-from llamarl.cores import CoreSplit, set_affinity
 from llamarl.curve import load_curve
 from llamarl.engine.model import check_model_path
 from llamarl.errors import ConfigError
-from llamarl.export import FINAL_MODEL
-from llamarl.metric_sinks import check_sinks
-from llamarl.monitor import progress_line
+from llamarl.launch import supervise
+from llamarl.launch.cores import CoreSplit, set_affinity
+from llamarl.observe.metric_sinks import check_sinks
+from llamarl.observe.monitor import progress_line
 from llamarl.rewards.custom import load_reward
 from llamarl.rewards.reward_model import check_reward_model_path
 from llamarl.roles.trainer_durability import SAMPLES_LOG
 from llamarl.store import RedisStore, Store, without_password
+from llamarl.training.export import FINAL_MODEL
 from llamarl.weightsync import check_crosses_processes
 
 log = structlog.get_logger(__name__)
@@ -59,7 +59,7 @@ RUN_FILES = ("metrics.jsonl", "trained.jsonl", "summary.json", SAMPLES_LOG)
 
 class WorkerProcess(Protocol):
     """A started role process as the Supervisor sees it: a child of this process
-    (`LocalProcess`) or one a Ray actor holds (`llamarl.ray_launch.RayProcess`)."""
+    (`LocalProcess`) or one a Ray actor holds (`llamarl.launch.ray_actors.RayProcess`)."""
 
     @property
     def pid(self) -> int: ...

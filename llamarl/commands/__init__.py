@@ -28,8 +28,8 @@ def _sft(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from llamarl.engine.model import save_policy
-    from llamarl.sft import starting_policy
     from llamarl.tasks import make_prompt_set
+    from llamarl.training.sft import starting_policy
 
     config = load_config(args.config)
     out = Path(args.out or Path(config.run_dir) / "sft")
@@ -52,7 +52,7 @@ def _keys_generate(args: argparse.Namespace) -> int:
 def _model_import(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from llamarl.model_import import find_smollm2_gguf, import_gguf
+    from llamarl.commands.model_import import find_smollm2_gguf, import_gguf
 
     gguf = Path(args.gguf) if args.gguf else find_smollm2_gguf()
     print(import_gguf(gguf, Path(args.out)))
@@ -62,7 +62,7 @@ def _model_import(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from llamarl.export import export
+    from llamarl.training.export import export
 
     source = export(Path(args.run_dir), Path(args.out))
     print(f"wrote {args.out} (from {source})")
@@ -72,7 +72,7 @@ def _export(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from llamarl.plot import plot
+    from llamarl.observe.plot import plot
 
     for path in plot([Path(d) for d in args.run_dirs], Path(args.out)):
         print(f"wrote {path}")
@@ -80,7 +80,7 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _monitor(args: argparse.Namespace) -> int:
-    from llamarl.monitor import main as monitor
+    from llamarl.observe.monitor import main as monitor
 
     return monitor(args)
 

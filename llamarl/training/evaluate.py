@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamarl.engine.model import Policy
+from llamarl.engine.rollouts import completion_texts
 from llamarl.engine.sampling import sample
-from llamarl.progress import Listener, Progress
+from llamarl.observe.progress import Listener, Progress
 from llamarl.rewards.verifiers import Verifier
-from llamarl.rollouts import completion_texts
 from llamarl.tasks import Example
 
 SAMPLES = 3
