@@ -8,12 +8,13 @@ import argparse
 import json
 from pathlib import Path
 
+from llamarl.commands.base import Subparsers
 from llamarl.config import load_config
 from llamarl.sim.costs import Costs
 from llamarl.sim.predict import layout_of, lengths_of, predict, sweep
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subparsers) -> None:
     sim = sub.add_parser("sim", help="predict sync/async step time, idle and staleness")
     sim.add_argument("config", nargs="?", help="run config YAML (layout, batch sizes, staleness)")
     sim.add_argument("overrides", nargs="*", help="section.field=value overrides")
