@@ -20,6 +20,7 @@ from typing import Any
 
 from llamarl.sim.costs import Costs, Lengths
 from llamarl.sim.cpu import Cpu
+from llamarl.store.interfaces import admission_bound
 
 WARMUP_STEPS = 2
 """Steps left out of the step time (the pipeline filling)."""
@@ -114,7 +115,7 @@ class _AsyncRun:
 
             self._start(gen.name, "generate", layout.generator_threads, self.costs.pull_s, pulled)
             return
-        limit = (self.trained + layout.max_staleness + 1) * layout.prompts_per_step
+        limit = admission_bound(self.trained, layout.max_staleness, layout.prompts_per_step)
         tickets: list[int] = []
         while len(tickets) < layout.prompts_per_batch and self.reissue:
             tickets.append(self.reissue.popleft())

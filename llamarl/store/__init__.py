@@ -5,7 +5,14 @@ one process (the synchronous baseline, fast tests). Both satisfy `Store` and the
 tests; components take the narrowest interface they need.
 """
 
-from llamarl.store.interfaces import Ledger, Registry, RejectCounts, Store, VersionGate
+from llamarl.store.interfaces import (
+    Ledger,
+    Registry,
+    RejectCounts,
+    Store,
+    VersionGate,
+    admission_bound,
+)
 from llamarl.store.memory import MemoryStore
 from llamarl.store.records import LEDGER_FIELDS, OUTCOMES, Ticket, WorkerBeat, WorkerInfo
 from llamarl.store.redis_store import RedisStore, without_password
@@ -23,5 +30,6 @@ __all__ = [
     "VersionGate",
     "WorkerBeat",
     "WorkerInfo",
+    "admission_bound",
     "without_password",
 ]

@@ -14,6 +14,15 @@ from typing import Any, Protocol
 from llamarl.store.records import Ticket, WorkerBeat, WorkerInfo
 
 
+def admission_bound(policy_version: int, max_staleness: int, prompts_per_step: int) -> int:
+    """How many live tickets (issued, less dropped stale) the gate admits while generators hold
+    `policy_version`: every ticket up to the last step that may still train on rollouts of that
+    version. The one Python form of the bound: the memory store and the simulator use it, and
+    the Redis store's Lua script keeps its own copy, which the store contract checks against
+    this one."""
+    return (policy_version + max_staleness + 1) * prompts_per_step
+
+
 class VersionGate(Protocol):
     """Policy versions and the admission gate that keeps generators within the staleness bound."""
 

@@ -50,6 +50,7 @@ if loaded >= 0 and loaded < version then version = loaded end
 version = math.max(version - tonumber(redis.call('GET', KEYS[7]) or '0'), 0)
 local issued = tonumber(redis.call('HGET', KEYS[2], 'issued') or '0')
 local dropped = tonumber(redis.call('HGET', KEYS[2], 'dropped_stale') or '0')
+-- The Python form is store.interfaces.admission_bound (the store contract checks both agree).
 local bound = (version + tonumber(ARGV[3]) + 1) * tonumber(ARGV[4])
 local total = tonumber(ARGV[5])
 while #out < count do

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from llamarl.errors import StaleVersionError
+from llamarl.store.interfaces import admission_bound
 from llamarl.store.records import LEDGER_FIELDS, OUTCOMES, Ticket, WorkerBeat, WorkerInfo
 
 # A requeued ticket's lease has expired before any time the clock can tell.
@@ -117,7 +118,7 @@ class MemoryStore:
             if policy_version is not None and 0 <= policy_version < version:
                 version = policy_version
             version = max(version - self._version_offset, 0)
-            bound = (version + max_staleness + 1) * prompts_per_step
+            bound = admission_bound(version, max_staleness, prompts_per_step)
             while len(out) < count:
                 live = self._ledger["issued"] - self._ledger["dropped_stale"]
                 if live >= bound or (total_tickets > 0 and live >= total_tickets):

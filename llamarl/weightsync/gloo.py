@@ -8,6 +8,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from llamarl.config import GlooSync, transport_name
 from llamarl.weightsync.p2p import PairBackend, PairGroupPublisher, PairGroupReceiver
 
 
@@ -19,10 +20,10 @@ GLOO = PairBackend("gloo", "cpu", gloo_pair_group)
 
 
 class GlooPublisher(PairGroupPublisher):
-    name = "gloo"
+    name = transport_name(GlooSync)
     backend = GLOO
 
 
 class GlooReceiver(PairGroupReceiver):
-    name = "gloo"
+    name = transport_name(GlooSync)
     backend = GLOO

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 
 import torch
 
+from llamarl.config import LocalSync, transport_name
 from llamarl.errors import SyncError
 from llamarl.weightsync.base import (
     Meta,
@@ -39,7 +40,7 @@ _names = itertools.count()
 
 
 class LocalPublisher(WeightPublisher[torch.nn.Module]):
-    name = "local"
+    name = transport_name(LocalSync)
 
     def __init__(self, run_id: str) -> None:
         super().__init__()
@@ -70,7 +71,7 @@ class LocalPublisher(WeightPublisher[torch.nn.Module]):
 class LocalReceiver(WeightReceiver[torch.nn.Module]):
     """Fetches the trainer's model; swapping in binds the generator's weights to its tensors."""
 
-    name = "local"
+    name = transport_name(LocalSync)
 
     def fetch(
         self, meta: Mapping[str, str], should_stop: StopCheck = never_stop

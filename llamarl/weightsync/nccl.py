@@ -10,6 +10,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from llamarl.config import NcclSync, transport_name
 from llamarl.weightsync.p2p import PairBackend, PairGroupPublisher, PairGroupReceiver
 
 
@@ -23,10 +24,10 @@ NCCL = PairBackend("nccl", "cuda", nccl_pair_group)
 
 
 class NcclPublisher(PairGroupPublisher):
-    name = "nccl"
+    name = transport_name(NcclSync)
     backend = NCCL
 
 
 class NcclReceiver(PairGroupReceiver):
-    name = "nccl"
+    name = transport_name(NcclSync)
     backend = NCCL

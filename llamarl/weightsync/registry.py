@@ -1,7 +1,7 @@
 """Transports by name: `make_publisher` / `make_receiver` build the two ends from `sync` config.
 
-`TRANSPORTS` maps each `sync.transport` to the factories of its two ends; nothing else in the
-library compares transport names. `auto` is resolved here and only here (`resolve_transport`):
+`TRANSPORTS` maps each `sync` config variant (whose `transport` literal is the one spelling of its
+name) to the factories of its two ends; nothing in the library compares transport names. `auto` is resolved here and only here (`resolve_transport`):
 shm when the weight server's address (advertise_host, else host) is this host's own (loopback
 or unspecified: one host, as `llamarl run` is); else nccl when CUDA is present; else gloo.
 """
@@ -15,7 +15,15 @@ from typing import Any
 
 import torch
 
-from llamarl.config import AutoSync, ConcreteSync, GlooSync, NcclSync, ShmSync, SyncConfig
+from llamarl.config import (
+    AutoSync,
+    ConcreteSync,
+    GlooSync,
+    LocalSync,
+    NcclSync,
+    ShmSync,
+    SyncConfig,
+)
 from llamarl.curve import Curve
 from llamarl.errors import ConfigError
 from llamarl.limits import RejectHook
@@ -37,24 +45,24 @@ class Transport:
     """(config, worker_id, curve) -> a generator's end."""
 
 
-TRANSPORTS: dict[str, Transport] = {
-    "shm": Transport(
+TRANSPORTS: dict[type[ConcreteSync], Transport] = {
+    ShmSync: Transport(
         lambda config, run_id, curve, on_reject, shard: ShmPublisher(run_id, shard=shard),
         lambda config, worker_id, curve: ShmReceiver(config),
     ),
-    "gloo": Transport(
+    GlooSync: Transport(
         lambda config, run_id, curve, on_reject, shard: GlooPublisher(
             config, curve, on_reject, shard
         ),
         lambda config, worker_id, curve: GlooReceiver(config, worker_id, curve),
     ),
-    "nccl": Transport(
+    NcclSync: Transport(
         lambda config, run_id, curve, on_reject, shard: NcclPublisher(
             config, curve, on_reject, shard
         ),
         lambda config, worker_id, curve: NcclReceiver(config, worker_id, curve),
     ),
-    "local": Transport(
+    LocalSync: Transport(
         lambda config, run_id, curve, on_reject, shard: LocalPublisher(run_id),
         lambda config, worker_id, curve: LocalReceiver(),
     ),
@@ -95,7 +103,7 @@ def make_publisher(
     """The trainer's end of the configured transport (for one rank's `shard` of each version);
     `on_reject` counts malformed requests."""
     config = resolve_transport(sync_config)
-    return TRANSPORTS[config.transport].publisher(config, run_id, curve, on_reject, shard)
+    return TRANSPORTS[type(config)].publisher(config, run_id, curve, on_reject, shard)
 
 
 def make_receiver(
@@ -103,12 +111,12 @@ def make_receiver(
 ) -> WeightReceiver[Any]:
     """A generator's end of the configured transport."""
     config = resolve_transport(sync_config)
-    return TRANSPORTS[config.transport].receiver(config, worker_id, curve)
+    return TRANSPORTS[type(config)].receiver(config, worker_id, curve)
 
 
 def check_crosses_processes(config: SyncConfig) -> None:
     """ConfigError naming `sync.transport` when it cannot move weights between processes."""
-    if resolve_transport(config).transport == "local":
+    if isinstance(resolve_transport(config), LocalSync):
         raise ConfigError(
             "sync.transport: local hands weights over inside one process; it works only with "
             "`llamarl run --mode sync`. Use shm (one host), gloo or nccl"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from llamarl.config import ShmSync
+from llamarl.config import ShmSync, transport_name
 from llamarl.errors import SyncError
 from llamarl.weightsync.base import (
     Meta,
@@ -98,7 +98,7 @@ def verify_size_on_disk(descriptor: int, num_bytes: int, path: Path) -> None:
 
 
 class ShmPublisher(WeightPublisher[StagedFile]):
-    name = "shm"
+    name = transport_name(ShmSync)
 
     def __init__(self, run_id: str, directory: str = "/dev/shm", shard: Shard = WHOLE) -> None:
         super().__init__()
@@ -203,7 +203,7 @@ class ShmReceiver(WeightReceiver[list[torch.Tensor]]):
     """A generator's end: map the announced file (a file per shard) and bind the model to its
     pages. A mapped buffer is never reused for a later version (its pages are the trainer's)."""
 
-    name = "shm"
+    name = transport_name(ShmSync)
 
     def __init__(self, config: ShmSync) -> None:
         self.always_checksum = config.verify == "always"

@@ -19,7 +19,7 @@ import pytest
 
 from brokers.redis_server import RedisServer
 from llamarl.errors import StaleVersionError
-from llamarl.store import Store, Ticket, WorkerBeat
+from llamarl.store import Store, Ticket, WorkerBeat, admission_bound
 from tests.contract.store_backends import KINDS, Backend, open_backend
 
 GATE: dict[str, Any] = {"lease_s": 60.0, "max_staleness": 1, "prompts_per_step": 5}
@@ -100,6 +100,23 @@ def test_gate_stops_claims_until_a_publish_reopens_it(backend: Backend) -> None:
     assert [t.ticket_id for t in claim_all(store, "g1")] == list(range(15, 25))
     assert claim_all(store, "g1") == []
     assert store.ledger()["issued"] == 25
+
+
+@pytest.mark.parametrize(
+    ("max_staleness", "prompts_per_step", "versions"), [(0, 3, 3), (1, 5, 2), (3, 2, 4)]
+)
+def test_gate_admits_exactly_the_python_bound(
+    backend: Backend, max_staleness: int, prompts_per_step: int, versions: int
+) -> None:
+    """The Redis store's Lua copy of the bound and the memory store's Python one
+    (`admission_bound`) admit the same tickets, version after version."""
+    store = backend.store
+    gate = {"lease_s": 60.0, "max_staleness": max_staleness, "prompts_per_step": prompts_per_step}
+    claimed = 0
+    for version in range(versions):
+        store.publish_version(version, {})
+        claimed += len(store.claim_tickets("g0", 1000, **gate))
+        assert claimed == admission_bound(version, max_staleness, prompts_per_step), version
 
 
 def test_concurrent_claims_never_exceed_the_gate(backend: Backend) -> None:

@@ -1,0 +1,52 @@
+"""Run configuration: one validated schema for every role, loaded from YAML plus env overrides.
+
+Every section forbids unknown keys and bounds its numbers, so a misspelt key or an out-of-range
+value is refused before anything starts, with a one-line error naming the field path. Containers
+override fields through the environment: `LLAMARL_REDIS_URL`, `LLAMARL_BROKER` (host:port),
+`LLAMARL_RUN_ID`, or any field as `LLAMARL__SECTION__FIELD=value` (value parsed as YAML). The
+commands take the same overrides as `section.field=value` after the config (`apply_overrides`).
+"""
+
+from llamarl.config.base import FieldConflict
+from llamarl.config.run import (
+    RunConfig,
+    apply_overrides,
+    dump_config,
+    env_overrides,
+    load_config,
+    parse_config,
+    unwritable_run_dir,
+    writable_run_dir,
+)
+from llamarl.config.sections import (
+    AlgorithmConfig,
+    BrokerConfig,
+    GenerationConfig,
+    LoggingConfig,
+    ModelConfig,
+    RedisConfig,
+    StalenessConfig,
+    TaskConfig,
+    TrainerConfig,
+    WorkersConfig,
+    template_fields,
+)
+from llamarl.config.sync import (
+    AutoSync,
+    ConcreteSync,
+    GlooSync,
+    LocalSync,
+    NcclSync,
+    ShmSync,
+    SyncConfig,
+    transport_name,
+)
+
+__all__ = [
+    "AlgorithmConfig", "AutoSync", "BrokerConfig", "ConcreteSync", "FieldConflict",
+    "GenerationConfig", "GlooSync", "LocalSync", "LoggingConfig", "ModelConfig", "NcclSync",
+    "RedisConfig", "RunConfig", "ShmSync", "StalenessConfig", "SyncConfig", "TaskConfig",
+    "TrainerConfig", "WorkersConfig", "apply_overrides", "dump_config", "env_overrides",
+    "load_config", "parse_config", "template_fields", "transport_name", "unwritable_run_dir",
+    "writable_run_dir",
+]  # fmt: skip

@@ -1,0 +1,20 @@
+"""What every config section shares: unknown keys refused, field docstrings kept (the reference
+is generated from them), frozen values; and the error for fields that conflict."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+class FieldConflict(ValueError):
+    """Fields that are valid alone but not together; the error line names them all, relative
+    to the model whose validator raises it."""
+
+    def __init__(self, fields: tuple[str, ...], message: str) -> None:
+        super().__init__(message)
+        self.fields = fields
+        self.message = message

@@ -1,0 +1,187 @@
+"""The whole run config (`RunConfig`), its cross-section checks, and loading it: YAML, then
+environment overrides, then validation with one-line errors."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import MutableMapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from llamarl.config.base import FieldConflict, _Section
+from llamarl.config.sections import (
+    AlgorithmConfig,
+    BrokerConfig,
+    GenerationConfig,
+    LoggingConfig,
+    ModelConfig,
+    RedisConfig,
+    StalenessConfig,
+    TaskConfig,
+    TrainerConfig,
+    WorkersConfig,
+)
+from llamarl.config.sync import AutoSync, SyncConfig
+from llamarl.errors import ConfigError
+
+
+class RunConfig(_Section):
+    run_id: str = Field("llamarl", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    """Names the run; every Redis key is under llamarl:<run_id>:."""
+    run_dir: str = "runs/llamarl"
+    """Directory for the resolved config, logs, metrics and checkpoints."""
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    """Seed for model init, data and sampling."""
+    redis: RedisConfig = RedisConfig()
+    broker: BrokerConfig = BrokerConfig()
+    model: ModelConfig = ModelConfig()
+    task: TaskConfig = TaskConfig()
+    generation: GenerationConfig = GenerationConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    trainer: TrainerConfig = TrainerConfig()
+    staleness: StalenessConfig = StalenessConfig()
+    sync: SyncConfig = AutoSync()
+    workers: WorkersConfig = WorkersConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+    @model_validator(mode="after")
+    def _sections_agree(self) -> RunConfig:
+        # Both advantages are group baselines: a group of one has none, so every advantage is 0.
+        if self.generation.num_samples < 2:
+            raise FieldConflict(
+                ("generation.num_samples", "algorithm.advantage"),
+                f"{self.algorithm.advantage} needs 2 or more samples a prompt to learn anything",
+            )
+        if self.trainer.ranks > self.trainer.prompts_per_step:
+            raise FieldConflict(
+                ("trainer.ranks", "trainer.prompts_per_step"),
+                f"{self.trainer.ranks} ranks share {self.trainer.prompts_per_step} groups a step; "
+                "every rank needs one at least",
+            )
+        model = self.model
+        if model.path is None and self.generation.max_new_tokens >= model.max_position_embeddings:
+            raise FieldConflict(
+                ("generation.max_new_tokens", "model.max_position_embeddings"),
+                f"{self.generation.max_new_tokens} new tokens leave no room for a prompt in "
+                f"{model.max_position_embeddings} positions",
+            )
+        return self
+
+
+_ENV_ALIASES = {
+    "LLAMARL_REDIS_URL": ("redis", "url"),
+    "LLAMARL_RUN_ID": ("run_id",),
+    "LLAMARL_RUN_DIR": ("run_dir",),
+}
+
+
+def _set_path(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    node = tree
+    for key in path[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{'.'.join(path)}: cannot override inside a non-mapping value")
+        node = child
+    node[path[-1]] = value
+
+
+def apply_overrides(items: Sequence[str], environ: MutableMapping[str, str] | None = None) -> None:
+    """Set command-line `section.field=value` items as the `LLAMARL__SECTION__FIELD` environment
+    overrides they stand for, so this process and every process it starts apply them over the
+    file and the environment. ConfigError for an item that is not `path=value`."""
+    environ = os.environ if environ is None else environ
+    for item in items:
+        path, equals, value = item.partition("=")
+        parts = path.split(".")
+        if not equals or not all(part.isidentifier() for part in parts):
+            raise ConfigError(
+                f"override {item!r}: write section.field=value (for example trainer.lr=1e-5)"
+            )
+        environ["LLAMARL__" + "__".join(part.upper() for part in parts)] = value
+
+
+def env_overrides(environ: dict[str, str]) -> list[tuple[tuple[str, ...], Any]]:
+    """The (field path, value) pairs the environment asks to override."""
+    found: list[tuple[tuple[str, ...], Any]] = []
+    for name, path in _ENV_ALIASES.items():
+        if name in environ:
+            found.append((path, environ[name]))
+    if "LLAMARL_BROKER" in environ:
+        host, _, port = environ["LLAMARL_BROKER"].rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(
+                f"LLAMARL_BROKER: expected host:port, got {environ['LLAMARL_BROKER']!r}"
+            )
+        found += [(("broker", "host"), host), (("broker", "port"), int(port))]
+    for name, raw in environ.items():
+        if name.startswith("LLAMARL__"):
+            path = tuple(part.lower() for part in name[len("LLAMARL__") :].split("__"))
+            found.append((path, yaml.safe_load(raw)))
+    return found
+
+
+def _format_validation_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    path = ".".join(str(part) for part in first["loc"]) or "<root>"
+    conflict = first.get("ctx", {}).get("error")
+    if isinstance(conflict, FieldConflict):
+        prefix = [str(part) for part in first["loc"]]
+        fields = ", ".join(".".join([*prefix, field]) for field in conflict.fields)
+        return f"{fields}: {conflict.message}"
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{path}: {first['msg']}{more}"
+
+
+def parse_config(tree: dict[str, Any], environ: dict[str, str] | None = None) -> RunConfig:
+    """Validate a config mapping after applying environment overrides."""
+    tree = dict(tree)
+    for path, value in env_overrides(dict(os.environ if environ is None else environ)):
+        _set_path(tree, path, value)
+    try:
+        return RunConfig.model_validate(tree)
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err)) from None
+
+
+def load_config(path: str | Path, environ: dict[str, str] | None = None) -> RunConfig:
+    """Load and validate a YAML config file; raises ConfigError naming the bad field."""
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        tree = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    return parse_config(tree, environ)
+
+
+def dump_config(config: RunConfig) -> str:
+    """The resolved config as YAML, as written into the run directory."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def writable_run_dir(config: RunConfig) -> Path:
+    """The run directory, created when missing; ConfigError naming `run_dir` when this process
+    cannot write there."""
+    run_dir = Path(config.run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / f".write-probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as err:
+        raise unwritable_run_dir(run_dir, err) from None
+    return run_dir
+
+
+def unwritable_run_dir(run_dir: Path, err: OSError) -> ConfigError:
+    return ConfigError(
+        f"run_dir {run_dir}: cannot write there ({err.strerror}); set run_dir (or "
+        "LLAMARL_RUN_DIR) to a writable directory"
+    )
