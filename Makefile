@@ -1,10 +1,11 @@
 # The two commands a new user needs: `make run` (the demo) and `make test` (lint, types, tests).
-# `make test-fast`: unit and contract tests only (about a minute on 2 cores), while editing.
+# `make test-fast`: unit and contract tests only (under a minute), while editing.
+# `make docs`: the documentation site (mkdocs.yml, docs/) into site/, strict: a warning fails it.
 VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup test test-fast lint run clean
+.PHONY: setup test test-fast lint run docs clean
 
 setup:
 	bash scripts/setup.sh
@@ -23,5 +24,8 @@ test-fast: setup
 run: setup
 	$(BIN)/llamarl run configs/tiny.yaml
 
+docs: setup
+	$(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) runs site .pytest_cache .mypy_cache .ruff_cache

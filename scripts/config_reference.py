@@ -1,4 +1,11 @@
-"""Print the config reference (every field, type, default, doc) as Markdown for the README."""
+"""Print the config reference (every field, type, default, doc) as a Markdown table.
+
+The table is the "Every field" section of docs/reference/configuration.md; paste this script's
+output there when a field changes (`tests/unit/test_docs.py` fails until every row it prints is
+on that page). Each row is one line (a field's description is joined into one line) and `<` is
+written `&lt;` outside code spans (types and bounds are code), so the table renders as one
+table in the docs site.
+"""
 
 from __future__ import annotations
 
@@ -30,7 +37,7 @@ def union_rows(variants: list[type[BaseModel]], prefix: str, default: str) -> li
     """One row for the discriminator (`transport`), then each field once, naming the variants
     that have it."""
     names = [v.model_fields["transport"].default for v in variants]
-    out = [f"| `{prefix}transport` | one of {', '.join(repr(n) for n in names)} | `{default!r}` | "
+    out = [f"| `{prefix}transport` | `one of {', '.join(repr(n) for n in names)}` | `{default!r}` | "
            "Weight transport; each has only its own fields (below). |"]  # fmt: skip
     seen: list[str] = []
     for variant in variants:
@@ -66,10 +73,17 @@ def rows_of(model: type[BaseModel], prefix: str, names: set[str]) -> list[str]:
         bounds = " ".join(_bound(m) for m in field.metadata)
         kind = str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
         kind = kind.replace(" | ", " or ")
-        out.append(
-            f"| `{prefix}{name}` | {kind} {bounds} | `{field.default!r}` | {field.description or ''} |"
-        )
+        meaning = _one_line(field.description or "")
+        kind_bounds = f"{kind} {bounds}".strip()
+        out.append(f"| `{prefix}{name}` | `{kind_bounds}` | `{field.default!r}` | {meaning} |")
     return out
+
+
+def _one_line(text: str) -> str:
+    """A description as one table cell: whitespace (line breaks too) joined into single spaces,
+    and `<` escaped outside code spans (Markdown would take `<run_id>` for an HTML tag)."""
+    parts = " ".join(text.split()).split("`")
+    return "`".join(p if i % 2 else p.replace("<", "&lt;") for i, p in enumerate(parts))
 
 
 if __name__ == "__main__":
