@@ -210,7 +210,7 @@ class GenerationConfig(_Section):
     temperature: float = Field(1.0, gt=0, le=10)
     """Sampling temperature; behaviour log-probs are taken under the tempered distribution."""
     top_p: float = Field(1.0, gt=0, le=1)
-    """Nucleus sampling mass; see README for how truncation enters mu and pi."""
+    """Nucleus sampling mass; see docs/learning.md for how truncation enters mu and pi."""
     device: Literal["cpu", "cuda"] = "cpu"
     """Where generators decode (and hold the weights they receive)."""
     dtype: Literal["float32", "bfloat16"] = "float32"
@@ -314,7 +314,7 @@ class WorkersConfig(_Section):
     """Cores the run may use (null: every core the launcher may run on). `llamarl run` splits
     them between trainer and generators by their measured work; sync mode uses them all."""
     trainer_threads: int | None = Field(None, ge=1, le=1024)
-    """torch threads for the trainer; null: its share of `num_cores` (see README, cores)."""
+    """torch threads for the trainer; null: its share of `num_cores` (see docs/scaling-out.md, Cores)."""
     generator_threads: int | None = Field(None, ge=1, le=1024)
     """torch threads per generator; null: their share of `num_cores`."""
     pin_cores: bool = True

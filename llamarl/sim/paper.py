@@ -5,7 +5,7 @@ and speed-ups the LlamaRL paper reports.
 Public figures: model sizes and shapes (Llama 3.1 model cards), H100 SXM memory, bandwidth and
 bf16 throughput (NVIDIA's datasheet), and three transfer times the LlamaRL paper measured (its
 DDMA weight sync: about 2 s at 405B and 1.15 s at 70B; OpenRLHF's gather-and-broadcast path:
-111.65 s at 70B). Everything else is an assumption of ours, listed in ASSUMED and in README:
+111.65 s at 70B). Everything else is an assumption of ours, listed in ASSUMED and in docs/simulator.md:
 the paper does not publish its GPU counts, batch sizes or lengths per scale.
 
 The model of each step. Training: 6 x parameters x tokens at MFU of the GPUs training.

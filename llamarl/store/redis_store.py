@@ -1,6 +1,6 @@
 """The run's shared state in Redis: policy version, admission gate, leases, ledger, registry.
 
-Key schema (all under `llamarl:<run_id>:`; see README):
+Key schema (all under `llamarl:<run_id>:`; see docs/redis-keys.md):
   policy_version          string  latest published policy version (only ever increases)
   version_offset          string  published version less versions trained (set by each trainer resume)
   version                 hash    metadata of that version: num_bytes, checksum, transport, ...
