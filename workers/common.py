@@ -1,5 +1,4 @@
-"""Process wiring shared by the role entry points: arguments, logging, config, threads, signals,
-connections and exit codes. The role logic itself lives in `llamarl.roles`."""
+"""Process wiring shared by the role entry points (exit codes too); the roles are in llamarl.roles."""
 
 from __future__ import annotations
 
@@ -18,6 +17,7 @@ from llamarl.errors import ConfigError
 from llamarl.launch.cores import role_threads
 from llamarl.observe.log import configure_logging
 from llamarl.observe.metrics_export import serve_metrics
+from llamarl.roles.base import RoleResult
 from llamarl.roles.build import connect
 from llamarl.roles.runtime import RoleRuntime
 
@@ -43,7 +43,7 @@ def load_worker_config(role: str, args: argparse.Namespace) -> RunConfig:
     return config
 
 
-def run_worker(role: str, argv: list[str] | None, body: Callable[[RoleRuntime], None]) -> int:
+def run_worker(role: str, argv: list[str] | None, body: Callable[[RoleRuntime], RoleResult]) -> int:
     """Connect the role's runtime, run `body`, always close. Exit codes: 0 done, 2 bad config,
     3 Redis unreachable past `redis.connect_deadline_s`, the broker silent past
     `broker.dead_after_s` or a push blocked past its timeout (one clear line, no retry loop)."""
@@ -65,7 +65,7 @@ def run_worker(role: str, argv: list[str] | None, body: Callable[[RoleRuntime], 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda num, _: runtime.request_stop(signal.Signals(num).name))
     try:
-        body(runtime)
+        log.info("finished", units=body(runtime).units)
     except ConfigError as err:  # found while building the role (a model path, a transport)
         print(f"config error: {err}", file=sys.stderr)
         return 2

@@ -4,11 +4,12 @@ publish rollout groups (`llamarl.roles.generator`)."""
 from __future__ import annotations
 
 from llamarl.roles import build
+from llamarl.roles.base import run_role
 from workers.common import run_worker
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_worker("generator", argv, lambda runtime: build.generator(runtime).run())
+    return run_worker("generator", argv, lambda runtime: run_role(build.generator(runtime)))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from llamarl.errors import ConfigError
 from llamarl.launch import supervise
 from llamarl.observe.log import configure_logging
 from llamarl.roles import build
+from llamarl.roles.base import RoleResult, run_role
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.store import RedisStore
 from llamarl.training.parallel import TrainerRanks
@@ -24,15 +25,13 @@ from workers.common import load_worker_config, parse_worker_args, run_worker
 log = structlog.get_logger(__name__)
 
 
-def train(runtime: RoleRuntime) -> None:
+def train(runtime: RoleRuntime) -> RoleResult:
     config = runtime.config
     ranks = TrainerRanks.from_env(config.trainer.device, config.trainer.ranks_timeout_s,
                                   config.run_id)  # fmt: skip
-    trainer = build.trainer(runtime, ranks=ranks)
     try:
-        trainer.run("async")
+        return run_role(build.trainer(runtime, ranks=ranks))
     finally:
-        trainer.close()
         if ranks is not None:
             ranks.close()
 
@@ -56,11 +55,9 @@ def run_rank(argv: list[str] | None) -> int:
     assert ranks is not None, "RANK > 0 under a world of one"
     assert config.redis.url is not None, "the launcher gives every trainer rank redis.url"
     store = RedisStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
-    follower = build.trainer_follower(config, ranks, store)
     try:
-        follower.run()
+        run_role(build.trainer_follower(config, ranks, store))
     finally:
-        follower.close()
         store.close()
         ranks.close()
     return 0

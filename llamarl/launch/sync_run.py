@@ -104,7 +104,8 @@ def run_sync(config: RunConfig) -> dict[str, Any]:
         return trainer.finish("sync")
     finally:
         progress.close()
-        trainer.close()
+        for role in (trainer, generator, scorer):
+            role.close()
         for each in runtimes:
             each.close()
         store.close()

@@ -19,6 +19,7 @@ from llamarl.engine.rollouts import pack_groups
 from llamarl.engine.sampling import sample
 from llamarl.errors import SyncError
 from llamarl.protocol import VersionAnnouncement
+from llamarl.roles.base import RoleResult
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.store import Ticket
 from llamarl.tasks import PromptSet
@@ -154,7 +155,10 @@ class Generator:
         runtime.timer.idle()
         return bool(tickets)
 
-    def run(self) -> None:
+    def start(self) -> None:
+        """Nothing before the loop: the first version arrives like any other."""
+
+    def run(self) -> RoleResult:
         runtime = self.runtime
         wait_ms = WAIT_MS  # no version yet: wait for the first one
         while not runtime.stopping:
@@ -164,3 +168,8 @@ class Generator:
             # After a claim that got nothing the gate is closed until a newer version: wait for
             # its announcement instead of polling. Otherwise only look for one.
             wait_ms = 0 if self.step(wait_ms) else WAIT_MS
+        groups = int(runtime.counters.get("groups", 0))
+        return RoleResult(runtime.role, runtime.worker_id, groups)
+
+    def close(self) -> None:
+        self.receiver.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from llamarl.engine.rollouts import score_group
 from llamarl.rewards.scorers import GroupScorer
+from llamarl.roles.base import RoleResult
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.topics import ROLLOUTS, SCORED
 
@@ -35,8 +36,16 @@ class RewardScorer:
             timeout_ms = 0
         return scored
 
-    def run(self) -> None:
+    def start(self) -> None:
+        """Nothing before the loop."""
+
+    def run(self) -> RoleResult:
         runtime = self.runtime
         while not runtime.stopping:
             runtime.beat(scored=runtime.counters.get("scored", 0))
             self.score_waiting(POLL_MS)
+        scored = int(runtime.counters.get("scored", 0))
+        return RoleResult(runtime.role, runtime.worker_id, scored)
+
+    def close(self) -> None:
+        """The scorer holds nothing of its own (its queue belongs to the runtime's bus)."""

@@ -31,6 +31,7 @@ from llamarl.observe.metric_sinks import make_metrics
 from llamarl.protocol import Control, ScoredGroup, VersionAnnouncement
 from llamarl.roles.admission import check_scored
 from llamarl.roles.background import LatestOnly
+from llamarl.roles.base import RoleResult
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.roles.ticket_book import TicketBook
 from llamarl.roles.trainer_durability import SAMPLES_LOG, Checkpointer, resume, rewind_logs
@@ -299,9 +300,10 @@ class Trainer:
         self.versions.check()
         self.checkpointer.check()
 
-    def run(self, mode: str = "async") -> dict[str, Any]:
+    def run(self) -> RoleResult:
+        """The async loop (after `start`); the synchronous baseline drives `gather`,
+        `train_step` and `finish` itself."""
         runtime = self.runtime
-        self.start()
         while not self.done and not runtime.stopping:
             self.check_background()
             runtime.beat(**self._status(self.last))
@@ -312,7 +314,8 @@ class Trainer:
                 runtime.add_time("wait_s", started)
             if ready:
                 self.train_step()
-        return self.finish(mode)
+        summary = self.finish("async")
+        return RoleResult(runtime.role, runtime.worker_id, self.step, summary)
 
     def finish(self, mode: str) -> dict[str, Any]:
         """Checkpoint a stopped run, wait for the background work, end a finished run (its

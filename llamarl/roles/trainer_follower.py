@@ -16,6 +16,7 @@ import structlog
 
 from llamarl.engine.rollouts import train_group
 from llamarl.roles.background import LatestOnly
+from llamarl.roles.base import RoleResult
 from llamarl.store import VersionGate
 from llamarl.training.learner import Learner
 from llamarl.training.parallel import TrainerRanks
@@ -47,7 +48,10 @@ class TrainerFollower:
             self.ranks.rank, meta | {"policy_version": staged.policy_version}
         )
 
-    def run(self) -> int:
+    def start(self) -> None:
+        """Nothing before the loop: rank 0's first order starts it."""
+
+    def run(self) -> RoleResult:
         """Follow orders until rank 0 says stop; the steps trained."""
         model = self.learner.policy.model
         while True:
@@ -62,7 +66,7 @@ class TrainerFollower:
                 self.versions.submit(self.publisher.stage(model, order.policy_version))
         self.versions.flush(self.timeout_s)
         log.info("trainer rank stopped", rank=self.ranks.rank, steps=self.steps)
-        return self.steps
+        return RoleResult("trainer", f"rank{self.ranks.rank}", self.steps)
 
     def close(self) -> None:
         self.versions.close()
