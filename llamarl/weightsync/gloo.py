@@ -9,7 +9,8 @@ from typing import Any
 import torch.distributed as dist
 
 from llamarl.config import GlooSync, transport_name
-from llamarl.weightsync.p2p import PairBackend, PairGroupPublisher, PairGroupReceiver
+from llamarl.weightsync.p2p import PairBackend
+from llamarl.weightsync.pair_ends import PairGroupPublisher, PairGroupReceiver
 
 
 def gloo_pair_group(store: dist.Store, rank: int, timeout_s: float) -> Any:

@@ -17,8 +17,8 @@ A trainer of several ranks runs one server per rank, each serving its own shard
 for KEEP_VERSIONS publishes (a version a server has not published yet is refused as "not yet"
 and asked for again), and receives the shards side by side into one flat buffer.
 
-`PairGroupPublisher` / `PairGroupReceiver` are the two ends as `WeightPublisher` /
-`WeightReceiver`; gloo.py and nccl.py name them and set the device.
+The two ends as `WeightPublisher` / `WeightReceiver` are in pair_ends.py; gloo.py and nccl.py
+name them and set the device.
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ import datetime
 import itertools
 import threading
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import urlparse
 
 import structlog
@@ -38,32 +37,20 @@ import torch
 import torch.distributed as dist
 import zmq
 
-from llamarl.config import GlooSync, NcclSync
 from llamarl.curve import Curve
 from llamarl.errors import ProtocolError, SyncError
 from llamarl.limits import RejectHook
 from llamarl.net import make_socket
 from llamarl.weightsync import messages
 from llamarl.weightsync.base import (
-    Meta,
-    Staged,
     StopCheck,
-    WeightPublisher,
-    WeightReceiver,
     never_stop,
 )
 from llamarl.weightsync.flat import (
-    WHOLE,
     Checksum,
     FlatWeights,
-    Shard,
-    assign,
-    binds,
-    checksum,
-    copy_into,
-    num_values,
 )
-from llamarl.weightsync.messages import Announced, TransferRefusal, TransferReply, TransferRequest
+from llamarl.weightsync.messages import TransferRefusal, TransferReply, TransferRequest
 
 log = structlog.get_logger(__name__)
 POLL_MS = 100
@@ -350,144 +337,3 @@ class P2PReceiver:
     def close(self) -> None:
         """Let go of the pair group (the server drops its end after its next failed send)."""
         self._group = None
-
-
-class PairGroupPublisher(WeightPublisher[torch.Tensor]):
-    """The trainer's end over a `P2PWeightServer`: `stage` copies into a staging buffer from a
-    pool (a fresh one's first-touch page faults cost several times the copy itself), `publish`
-    checksums it and hands it to the server."""
-
-    backend: ClassVar[PairBackend]
-
-    def __init__(
-        self,
-        config: GlooSync | NcclSync,
-        curve: Curve | None = None,
-        on_reject: RejectHook | None = None,
-        shard: Shard = WHOLE,
-    ) -> None:
-        super().__init__()
-        self.shard = shard
-        self._pool: list[torch.Tensor] = []
-        self._staged: set[int] = set()  # ids of pool buffers staged and not yet published
-        self._server = P2PWeightServer(
-            config.host,
-            backend=self.backend,
-            timeout_s=config.timeout_s,
-            bucket_bytes=int(config.bucket_mb * 1024 * 1024),
-            advertise_host=config.advertise_host,
-            curve=curve,
-            on_reject=on_reject,
-        )
-        self._closed = False
-
-    def stage(self, model: torch.nn.Module, policy_version: int) -> Staged[torch.Tensor]:
-        buffer = self._free_buffer(num_values(model, self.shard))
-        copy_into(model, buffer, self.shard)
-        return Staged(policy_version, buffer.numel() * 4, buffer)
-
-    def _free_buffer(self, num_floats: int) -> torch.Tensor:
-        """A staging buffer the server no longer reads."""
-        self._pool = [b for b in self._pool if b.numel() == num_floats]
-        free = [b for b in self._pool if id(b) not in self._staged and not self._server.in_use(b)]
-        if free:
-            buffer = free[0]
-        else:
-            buffer = torch.empty(num_floats, dtype=torch.float32)
-            self._pool.append(buffer)
-        self._staged.add(id(buffer))
-        return buffer
-
-    def publish(self, staged: Staged[torch.Tensor]) -> Meta:
-        self._advance(staged.policy_version)
-        digest = checksum(staged.handle)
-        self._server.publish(FlatWeights(staged.policy_version, staged.handle, digest))
-        self._staged.discard(id(staged.handle))
-        return {"transport": self.name, "endpoint": self._server.endpoint,
-                "num_bytes": staged.num_bytes, "checksum": digest}  # fmt: skip
-
-    def discard(self, staged: Staged[torch.Tensor]) -> None:
-        self._staged.discard(id(staged.handle))
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._server.close()
-        self._pool.clear()
-
-
-class PairGroupReceiver(WeightReceiver[torch.Tensor]):
-    """A generator's end: pulls land in the buffer the model held before the last swap, so after
-    the first two pulls none allocates memory. The shards of a version from a trainer of several
-    ranks are received side by side (one thread each) into one flat buffer. `sync.verify` auto
-    or always: checksum; size: sizes only (a trusted network, where TCP's own checksums
-    suffice)."""
-
-    backend: ClassVar[PairBackend]
-
-    def __init__(self, config: GlooSync | NcclSync, worker_id: str, curve: Curve | None = None):
-        self._config = config
-        self._worker_id = worker_id
-        self._curve = curve
-        self._clients: dict[str, P2PReceiver] = {}
-        self._held: torch.Tensor | None = None
-        self._spare: torch.Tensor | None = None
-
-    def _client(self, endpoint: str) -> P2PReceiver:
-        if endpoint not in self._clients:
-            config = self._config
-            self._clients[endpoint] = P2PReceiver(self._worker_id, self.backend, config.timeout_s,
-                                                  self._curve, checksum=config.verify != "size")  # fmt: skip
-        return self._clients[endpoint]
-
-    def fetch(
-        self, meta: Mapping[str, str], should_stop: StopCheck = never_stop
-    ) -> tuple[int, torch.Tensor]:
-        announced = Announced.parse(meta, self.name)
-        version = announced.policy_version
-        endpoints = announced.endpoints
-        replies = [self._client(e).ask(e, version, should_stop) for e in endpoints]
-        total = sum(reply.num_bytes for reply in replies)
-        if total != announced.num_bytes:
-            raise SyncError(f"version {version}: shards of {total} bytes, announced "
-                            f"{announced.num_bytes}")  # fmt: skip
-        into, self._spare = self._spare, None
-        device = self.backend.device
-        if into is None or into.numel() * 4 != total or into.device.type != device:
-            into = torch.empty(total // 4, dtype=torch.float32, device=device)
-        pieces = []
-        offset = 0
-        for reply in replies:
-            pieces.append(into[offset : offset + reply.num_bytes // 4])
-            offset += reply.num_bytes // 4
-        jobs = list(zip(endpoints, replies, pieces, strict=True))
-        try:
-            if len(jobs) == 1:
-                self._client(endpoints[0]).receive(*jobs[0])
-            else:
-                with ThreadPoolExecutor(len(jobs), thread_name_prefix="shard") as pool:
-                    done = [pool.submit(self._client(e).receive, e, r, p) for e, r, p in jobs]
-                    for future in done:
-                        future.result()
-        except SyncError:
-            self._spare = into
-            raise
-        return version, into
-
-    def swap_in(self, model: torch.nn.Module, fetched: torch.Tensor) -> None:
-        """Bind the model to the fetched buffer (the one it held becomes the next pull's); a
-        model of another dtype or device copies it in, and the buffer is free again at once."""
-        bound = binds(model, fetched.device)
-        assign(model, [fetched])
-        if not bound:
-            self._spare = fetched
-            return
-        previous, self._held = self._held, fetched
-        if previous is not None and previous is not fetched:
-            self._spare = previous
-
-    def close(self) -> None:
-        for client in self._clients.values():
-            client.close()
-        self._clients.clear()
-        self._spare = None

@@ -15,6 +15,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("llamarl", "brokers", "workers")
 MAX_WORKER_LINES = 80
+MAX_ROOT_MODULES = 12  # so that llamarl/'s folder list explains the system
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 80
 
 
 def _module_name(path: Path) -> str:
@@ -173,3 +176,23 @@ def test_worker_files_only_wire_a_process() -> None:
         if (n := len(path.read_text().splitlines())) >= MAX_WORKER_LINES
     }
     assert long == {}, f"worker files of {MAX_WORKER_LINES} lines or more: {long}"
+
+
+def test_the_library_root_holds_few_modules() -> None:
+    root = sorted(p.name for p in (REPO / "llamarl").glob("*.py") if p.name != "__init__.py")
+    assert len(root) <= MAX_ROOT_MODULES, f"{len(root)} modules directly under llamarl/: {root}"
+
+
+def test_modules_and_functions_stay_short() -> None:
+    long_modules, long_functions = {}, {}
+    for module, path in MODULES.items():
+        source = path.read_text()
+        if (n := len(source.splitlines())) > MAX_MODULE_LINES:
+            long_modules[module] = n
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long_functions[f"{module}.{node.name}"] = length
+    assert long_modules == {}, f"modules over {MAX_MODULE_LINES} lines: {long_modules}"
+    assert long_functions == {}, f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"
