@@ -1,5 +1,7 @@
 # The two commands a new user needs: `make run` (the demo) and `make test` (lint, types, tests).
 # `make test-fast`: unit and contract tests only (about a minute on 2 cores), while editing.
+# Both run the tests in 2 pytest-xdist workers, a test file's tests all in one (module fixtures),
+# the longest files first (tests/conftest.py).
 VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
@@ -15,10 +17,10 @@ lint: setup
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/python -m pytest -q --durations=15 tests
+	$(BIN)/python -m pytest -q --durations=15 -n 2 --dist loadfile --no-loadscope-reorder tests
 
 test-fast: setup
-	$(BIN)/python -m pytest -q tests/unit tests/contract
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests/unit tests/contract
 
 run: setup
 	$(BIN)/llamarl run configs/tiny.yaml
