@@ -1,5 +1,7 @@
 # The two commands a new user needs: `make run` (the demo) and `make test` (lint, types, tests).
 # `make test-fast`: unit and contract tests only (under a minute), while editing.
+# Both run the tests in 2 pytest-xdist workers, a test file's tests all in one (module fixtures),
+# the longest files first (tests/conftest.py).
 # `make docs`: the documentation site (mkdocs.yml, docs/) into site/, strict: a warning fails it.
 VENV := .venv
 BIN := $(VENV)/bin
@@ -16,10 +18,10 @@ lint: setup
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/python -m pytest -q --durations=15 tests
+	$(BIN)/python -m pytest -q --durations=15 -n 2 --dist loadfile --no-loadscope-reorder tests
 
 test-fast: setup
-	$(BIN)/python -m pytest -q tests/unit tests/contract
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests/unit tests/contract
 
 run: setup
 	$(BIN)/llamarl run configs/tiny.yaml

@@ -16,6 +16,7 @@ this one, which has none), and runs as gloo does where they exist.
 from __future__ import annotations
 
 import itertools
+import os
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,7 +48,8 @@ def backend(request: pytest.FixtureRequest) -> Backend:
 
 @pytest.fixture
 def run_id() -> Iterator[str]:
-    name = f"contract-{next(_run_ids)}"
+    # The pid keeps names apart between pytest-xdist workers: the check below sees all of /dev/shm.
+    name = f"contract-{os.getpid()}-{next(_run_ids)}"
     yield name
     assert not list(Path("/dev/shm").glob(f"llamarl-{name}-*")), "shm files left behind"
 

@@ -28,12 +28,13 @@ from tests.integration.async_helpers import (
 def test_staleness_bound_and_balanced_ledger(
     tmp_path: Path, max_staleness: int, transport: str, curve: bool
 ) -> None:
-    """With CURVE on (k=1) every bus and weight-sync socket of the run is encrypted."""
+    """With CURVE on (k=1) every bus and weight-sync socket of the run is encrypted. The trainer
+    warm-starts in the run (a few steps: the learning tests start from a made checkpoint)."""
     keys = str(generate_keys(tmp_path / "keys")[0].parent) if curve else None
     config = write_config(
         tmp_path, f"k{max_staleness}",
         staleness={"max_staleness": max_staleness}, sync={"transport": transport},
-        broker={"curve_keys": keys},
+        broker={"curve_keys": keys}, trainer={"sft_steps": 3},
     )  # fmt: skip
     proc = launch(config)
     wait_for_steps(tmp_path / f"k{max_staleness}", 1, proc)
@@ -87,7 +88,7 @@ def test_child_crash_ends_the_run_naming_the_role(tmp_path: Path) -> None:
 def test_stopped_run_resumes_with_nothing_lost(tmp_path: Path) -> None:
     """Ctrl-C a run, then `llamarl run --resume`: Redis comes back from its AOF, the trainer from
     the checkpoint it wrote on the stop; the run completes as if never stopped."""
-    steps = 300
+    steps = 150
     config = write_config(
         tmp_path, "resume",
         trainer={"num_steps": steps, "checkpoint_every": 7},
@@ -95,7 +96,7 @@ def test_stopped_run_resumes_with_nothing_lost(tmp_path: Path) -> None:
     )  # fmt: skip
     run_dir = tmp_path / "resume"
     proc = launch(config)
-    wait_for_steps(run_dir, 60, proc)
+    wait_for_steps(run_dir, 40, proc)
     tree = supervise.descendants(proc.pid)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)

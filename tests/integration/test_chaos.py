@@ -1,7 +1,8 @@
-"""Chaos under `llamarl run`: 20 SIGKILLs at random moments across every role (the trainer, both
-generators, the reward worker, the run's Redis and its broker). The launcher restarts each (the
-trainer resumes from its checkpoint, Redis from its append-only file); the run completes, the
-ledger balances exactly, no rollout is trained twice and staleness stays within its bound."""
+"""Chaos under `llamarl run`: 8 SIGKILLs at random moments across every role (the trainer, both
+generators, the reward worker, the run's Redis and its broker, each at least once; the trainer
+and a generator a second time, once restarted). The launcher restarts each (the trainer resumes
+from its checkpoint, Redis from its append-only file); the run completes, the ledger balances
+exactly, no rollout is trained twice and staleness stays within its bound."""
 
 from __future__ import annotations
 
@@ -27,11 +28,13 @@ from tests.integration.async_helpers import (
 )
 
 RUN_ID = "chaos"
-STEPS = 1500
+STEPS = 400
+"""Measured: 20 kills took about 25 steps each (up to 80 for a generator's, which the other
+generator works through), so 8 end near step 250 at most and the run outlasts them."""
 PROMPTS_PER_STEP = 16
 WORKERS = ("trainer", "generator-0", "generator-1", "reward-0")
 SERVICES = ("redis", "broker")
-VICTIMS = [*WORKERS, *SERVICES] * 3 + ["generator-0", "reward-0"]
+VICTIMS = [*WORKERS, *SERVICES, "trainer", "generator-0"]
 
 
 def _pid_of(launcher: subprocess.Popen[str], victim: str) -> int | None:
@@ -52,7 +55,7 @@ def _wait_for_replacement(launcher: subprocess.Popen[str], victim: str, killed: 
         time.sleep(0.1)
 
 
-def test_twenty_kills_across_every_role(tmp_path: Path) -> None:
+def test_kills_across_every_role(tmp_path: Path) -> None:
     config = write_config(
         tmp_path, RUN_ID,
         trainer={"num_steps": STEPS, "prompts_per_step": PROMPTS_PER_STEP, "checkpoint_every": 10},
@@ -81,7 +84,8 @@ def test_twenty_kills_across_every_role(tmp_path: Path) -> None:
         supervise.stop(proc)
     assert proc.returncode == 0, err[-3000:]
     summary = json.loads(out.strip().splitlines()[-1])
-    assert len(kills) == 20
+    assert len(kills) == len(VICTIMS)
+    assert set(kills) == {*WORKERS, *SERVICES}, "every role was killed"
     restarts = summary["restarts"]
     assert {name: restarts.get(name, 0) for name in set(kills)} == {
         name: kills.count(name) for name in set(kills)

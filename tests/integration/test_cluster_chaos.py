@@ -17,7 +17,7 @@ from brokers.embedded import EmbeddedServices
 from llamarl.store import RedisStore
 from tests.integration.async_helpers import check_finished_run, write_config
 
-STEPS = 400
+STEPS = 250
 
 
 def _worker(role: str, worker_id: str, config: Path, env: dict[str, str], logs: Path):

@@ -112,9 +112,10 @@ LAYOUTS = {
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_an_async_run_on_the_gpu_learns_and_balances_its_ledger(
-    tmp_path: Path, layout: str
+    tmp_path: Path, layout: str, tiny_warm_start: Path
 ) -> None:
     overrides, gpus = LAYOUTS[layout]
     if GPUS < gpus:
         pytest.skip(f"needs {gpus} GPUs; this machine has {GPUS}")
-    learning_run(tmp_path / layout, {f"LLAMARL__{k}": v for k, v in overrides.items()})
+    env = {f"LLAMARL__{k}": v for k, v in overrides.items()}
+    learning_run(tmp_path / layout, tiny_warm_start, env)

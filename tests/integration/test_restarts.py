@@ -23,7 +23,7 @@ from tests.integration.async_helpers import (
     write_config,
 )
 
-STEPS = 500
+STEPS = 200
 RUN_ID = "restarts"
 
 
@@ -53,10 +53,10 @@ def test_run_survives_redis_and_broker_deaths(tmp_path: Path) -> None:
     run_dir = tmp_path / RUN_ID
     proc = launch(config)
     try:
-        wait_for_steps(run_dir, 50)
+        wait_for_steps(run_dir, 30)
         _kill_and_wait_for_replacement(proc.pid, 0)
         after_redis = len(metrics_records(run_dir))
-        wait_for_steps(run_dir, after_redis + 50)
+        wait_for_steps(run_dir, after_redis + 30)
         _kill_and_wait_for_replacement(proc.pid, 1)
         out, err = proc.communicate(timeout=300)
     finally:

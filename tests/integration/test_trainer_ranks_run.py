@@ -22,13 +22,11 @@ from tests.integration.async_helpers import (
     wait_for_steps,
     write_config,
 )
-from tests.integration.test_learning import NOISE, PROMPTS_PER_STEP, TINY
+from tests.integration.test_learning import NOISE, PROMPTS_PER_STEP, STEPS, TINY, shorter
 
-STEPS = 100
-"""The demo's first 100 steps, in which it rises from about 0.35 to about 0.75."""
-SCALED = {"LLAMARL__TRAINER__RANKS": "2", "LLAMARL__WORKERS__NUM_GENERATORS": "2",
-          "LLAMARL__TRAINER__NUM_STEPS": str(STEPS), "LLAMARL__TRAINER__EVAL_EVERY": "50"}  # fmt: skip
-"""Two trainer ranks and two generators (a GPU run sets its own ranks on top)."""
+SCALED = {"LLAMARL__TRAINER__RANKS": "2", "LLAMARL__WORKERS__NUM_GENERATORS": "2"}
+"""Two trainer ranks and two generators (a GPU run sets its own ranks on top), on the demo's
+first STEPS steps from its warm start, like the learning tests."""
 
 
 def rank_stopped(run_dir: Path) -> dict[str, Any]:
@@ -40,14 +38,15 @@ def rank_stopped(run_dir: Path) -> dict[str, Any]:
     raise AssertionError("trainer rank 1 never stopped cleanly")
 
 
-def learning_run(run_dir: Path, env: dict[str, str], *options: str) -> None:
+def learning_run(run_dir: Path, warm_start: Path, env: dict[str, str], *options: str) -> None:
     """`llamarl run` of the demo's first STEPS steps with two generators and `env` on top; checks
     that it learned, trained each group once with a balanced ledger and that every generator
     took versions without a failure."""
     done = subprocess.run(
         [sys.executable, "-m", "workers.cli", "run", TINY, *options],
         capture_output=True, text=True, timeout=1400,
-        env={**os.environ, **SCALED, **env, "LLAMARL_RUN_DIR": str(run_dir)},
+        env={**os.environ, **shorter(warm_start), **SCALED, **env,
+             "LLAMARL_RUN_DIR": str(run_dir)},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
@@ -63,9 +62,9 @@ def learning_run(run_dir: Path, env: dict[str, str], *options: str) -> None:
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize("launcher", ["local", "ray"])
 def test_two_ranks_and_two_generators_learn_and_balance_the_ledger(
-    tmp_path: Path, launcher: str
+    tmp_path: Path, launcher: str, tiny_warm_start: Path
 ) -> None:
-    learning_run(tmp_path / "run", {}, "--launcher", launcher)
+    learning_run(tmp_path / "run", tiny_warm_start, {}, "--launcher", launcher)
     stopped = rank_stopped(tmp_path / "run")
     assert stopped["rank"] == 1 and stopped["steps"] == STEPS, "rank 1 trained every step"
 
