@@ -20,15 +20,18 @@ from llamarl.config import RunConfig, parse_config
 from llamarl.errors import ConfigError
 from llamarl.launch import sync_run
 from llamarl.launch.sync_run import run_sync
+from llamarl.protocol import Control
 from llamarl.rewards.custom import load_reward
 from llamarl.roles import build
+from llamarl.roles.base import RoleResult, run_role
 from llamarl.roles.runtime import BusyTimer, RoleRuntime
 from llamarl.roles.trainer import Trainer
 from llamarl.roles.trainer_durability import resume, rewind_logs
 from llamarl.store import MemoryStore, WorkerInfo
+from llamarl.topics import CONTROL, ROLLOUTS, SCORED
 from llamarl.training.checkpoint import TrainerState
 from llamarl.training.export import export
-from tests.factories import FakeClock
+from tests.factories import FakeClock, rollout_group
 
 MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
          "max_position_embeddings": 32}  # fmt: skip
@@ -257,3 +260,40 @@ def test_a_resume_rewinds_every_step_log_to_the_checkpoint(tmp_path: Path) -> No
     for name in ("metrics.jsonl", "trained.jsonl", "samples.jsonl"):
         steps = [json.loads(line)["step"] for line in (tmp_path / name).open()]
         assert steps == [1, 2, 3], name
+
+
+def test_run_role_starts_runs_and_closes_a_role_and_returns_its_result(tmp_path: Path) -> None:
+    """The reward scorer through the roles' one interface: the groups waiting when a stop comes
+    are scored, and the typed result counts them."""
+    config = _config(tmp_path)
+    store, hub = MemoryStore(), MemoryHub("roles")
+    runtime = RoleRuntime("reward", config, "reward-0", store, hub.client("reward-0"),
+                          build.rejections_of("reward", config, store),
+                          lambda: hub.client("reward-0"))  # fmt: skip
+    scored = hub.client("trainer").consume(SCORED)
+    for ticket_id in (1, 2):
+        hub.client("generator-0").push(ROLLOUTS, rollout_group(ticket_id), policy_version=0)
+    hub.client("trainer").publish(CONTROL, Control("stop", {"reason": "test"}), 0)
+    result = run_role(build.reward(runtime))
+    assert result == RoleResult("reward", "reward-0", 2)
+    assert {scored.recv(1000).payload.group.ticket_id for _ in range(2)} == {1, 2}  # type: ignore[union-attr]
+    runtime.close()
+
+
+def test_run_role_closes_a_role_whose_run_fails() -> None:
+    class Failing:
+        closed = False
+
+        def start(self) -> None:
+            pass
+
+        def run(self) -> RoleResult:
+            raise RuntimeError("the loop broke")
+
+        def close(self) -> None:
+            self.closed = True
+
+    role = Failing()
+    with pytest.raises(RuntimeError, match="the loop broke"):
+        run_role(role)
+    assert role.closed
