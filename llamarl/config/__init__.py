@@ -23,6 +23,7 @@ from llamarl.config.sections import (
     BrokerConfig,
     GenerationConfig,
     LoggingConfig,
+    LoraConfig,
     ModelConfig,
     RedisConfig,
     StalenessConfig,
@@ -44,7 +45,7 @@ from llamarl.config.sync import (
 
 __all__ = [
     "AlgorithmConfig", "AutoSync", "BrokerConfig", "ConcreteSync", "FieldConflict",
-    "GenerationConfig", "GlooSync", "LocalSync", "LoggingConfig", "ModelConfig", "NcclSync",
+    "GenerationConfig", "GlooSync", "LocalSync", "LoggingConfig", "LoraConfig", "ModelConfig", "NcclSync",
     "RedisConfig", "RunConfig", "ShmSync", "StalenessConfig", "SyncConfig", "TaskConfig",
     "TrainerConfig", "WorkersConfig", "apply_overrides", "dump_config", "env_overrides",
     "load_config", "parse_config", "template_fields", "transport_name", "unwritable_run_dir",

@@ -60,6 +60,31 @@ class BrokerConfig(_Section):
     only the public keys in DIR/authorized. null: plain TCP (trusted networks only)."""
 
 
+class LoraConfig(_Section):
+    """Low-rank adapters (peft's LoRA) on the frozen base model: the trainer trains and sends
+    only these."""
+
+    r: int = Field(16, ge=1, le=4096)
+    """Rank of each adapter."""
+    alpha: float = Field(32.0, gt=0, le=1e6)
+    """Scale numerator: an adapter's update is multiplied by alpha / r."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout on the adapters' input while training."""
+    target_modules: list[str] = Field(
+        default_factory=lambda: [
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ],  # fmt: skip
+        min_length=1,
+    )
+    """Names of the linear layers that get adapters (Llama's attention and MLP projections)."""
+
+
 class ModelConfig(_Section):
     path: str | None = None
     """Local Hugging Face causal-LM directory; null builds a tiny Llama from the fields below."""
@@ -76,6 +101,9 @@ class ModelConfig(_Section):
     """MLP width of the built model."""
     max_position_embeddings: int = Field(64, ge=8, le=131072)
     """Longest prompt + completion the built model handles."""
+    lora: LoraConfig | None = None
+    """Train LoRA adapters on a frozen base instead of every weight (null: full fine-tuning).
+    A version then carries the adapter tensors only; see docs/scaling-out.md, LoRA."""
 
     @model_validator(mode="after")
     def _fields_agree(self) -> ModelConfig:
@@ -279,6 +307,25 @@ class TrainerConfig(_Section):
     """Where the trainer computes; cuda: rank r uses cuda:LOCAL_RANK."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """The trainer's parameter dtype (versions are sent as float32 either way)."""
+    sharding: Literal["ddp", "fsdp"] = "ddp"
+    """ddp: every rank holds the whole model, its gradients and optimizer state. fsdp: FSDP2
+    (`fully_shard` per decoder layer, then the root) keeps 1/ranks of each on every rank, sends
+    the generators each rank's own shards and checkpoints with torch.distributed.checkpoint."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them
+    (less memory, about a third more compute)."""
+    offload: bool = False
+    """fsdp on CUDA: keep parameters, gradients and optimizer state in CPU memory between uses."""
+
+    @model_validator(mode="after")
+    def _sharding_fits(self) -> TrainerConfig:
+        if self.offload and (self.sharding != "fsdp" or self.device != "cuda"):
+            raise FieldConflict(
+                ("offload", "sharding", "device"),
+                "offload moves fsdp's state between a GPU and the CPU: it needs sharding fsdp "
+                "on device cuda",
+            )
+        return self
 
 
 class StalenessConfig(_Section):

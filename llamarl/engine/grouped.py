@@ -12,11 +12,14 @@ the plain one-pass computation (`sampling.token_logprobs`; tested within 1e-5).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from transformers import DynamicCache
 
 from llamarl.engine.model import Policy
 from llamarl.engine.sampling import ban_eos, completion_logprobs
@@ -103,17 +106,51 @@ def stack(groups: Sequence[TrainGroup]) -> MicroBatch:
     )
 
 
+def _record_once(cache: Any) -> Any:
+    """The prompt pass's cache: each layer's keys and values are kept on its first call; a call
+    again (the block recomputed in backward, with activation checkpointing) sees no past and
+    keeps nothing, as the first pass did."""
+    keep, seen = cache.update, set()
+
+    def update(keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        if layer_idx in seen:
+            return keys, values
+        seen.add(layer_idx)
+        return keep(keys, values, layer_idx, *args, **kwargs)
+
+    cache.update = update
+    return cache
+
+
+def _read_only(cache: Any) -> Any:
+    """The completions' cache (a copy sharing the prompt's keys and values): each layer gets
+    the prompt's keys and values with its own appended, kept nowhere, so a recomputed block sees
+    what its first pass saw."""
+    cache = copy.copy(cache)
+
+    def update(keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        layer = cache.layers[layer_idx]
+        return torch.cat([layer.keys, keys], dim=-2), torch.cat([layer.values, values], dim=-2)
+
+    cache.update = update
+    return cache
+
+
 def grouped_logprobs(
     policy: Policy, batch: MicroBatch, temperature: float = 1.0, min_new_tokens: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """log pi and entropy of every completion token (G * n, W), each prompt computed once."""
     model = policy.model
-    prompt = model(input_ids=batch.prompt_ids, use_cache=True, logits_to_keep=1)
+    prompt = model(input_ids=batch.prompt_ids, cache=_record_once(DynamicCache()), use_cache=True,
+                   logits_to_keep=1)  # fmt: skip
     logits = prompt.logits[:, -1:].repeat_interleave(batch.num_samples, dim=0)
     if batch.completion_ids.shape[1] > 1:
         cache = prompt.cache
         cache.batch_repeat_interleave(batch.num_samples)
-        rest = model(input_ids=batch.completion_ids[:, :-1], cache=cache, use_cache=True)
+        rest = model(input_ids=batch.completion_ids[:, :-1], cache=_read_only(cache),
+                     use_cache=True)  # fmt: skip
         logits = torch.cat([logits, rest.logits], dim=1)
     logits = ban_eos(logits.float() / temperature, policy.eos_id, min_new_tokens)
     return completion_logprobs(logits, batch.completion_ids, batch.completion_mask)

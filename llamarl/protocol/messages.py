@@ -60,6 +60,8 @@ class VersionAnnouncement:
     checksum: str
     transport: str
     endpoint: str
+    layout: str = "runs"
+    """How a version in shards cuts the weights: runs (replicas) or rows (fsdp)."""
 
 
 @dataclass(frozen=True)

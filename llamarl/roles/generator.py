@@ -39,6 +39,7 @@ def announcement_meta(announcement: VersionAnnouncement) -> dict[str, str]:
         "checksum": announcement.checksum,
         "transport": announcement.transport,
         "endpoint": announcement.endpoint,
+        "layout": announcement.layout,
     }
 
 

@@ -127,6 +127,7 @@ class Trainer:
             checksum=str(meta["checksum"]),
             transport=str(meta["transport"]),
             endpoint=str(meta["endpoint"]),
+            layout=str(meta["layout"]),
         )
         self._announce_bus.publish(VERSIONS, announcement, staged.policy_version)
 

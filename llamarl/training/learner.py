@@ -9,9 +9,11 @@ loss, so accumulating their gradients gives exactly the one-pass gradient. AdamW
 
 With several trainer ranks (`llamarl.training.parallel`) every rank is handed the whole step and trains
 on its share of the groups, each micro-batch's loss still its share of the whole step's, scaled
-by the number of ranks because DistributedDataParallel averages what it sums; the gradients
-are all-reduced once, in the last micro-batch's backward pass, so they equal the one-process
-gradients up to the order of floating-point sums. The step's statistics are summed over ranks.
+by the number of ranks because DistributedDataParallel and FSDP average what they sum
+(`llamarl.training.sharding`); the gradients are reduced once, in the last micro-batch's
+backward pass, so they equal the one-process gradients up to the order of floating-point sums.
+The step's statistics are summed over ranks. Only trainable parameters get optimizer state (the
+adapters, with LoRA).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from llamarl.algorithms.advantages import group_advantages
 from llamarl.algorithms.losses import aggregate, token_terms
@@ -32,6 +35,7 @@ from llamarl.engine.grouped import MicroBatch, TrainGroup, grouped_logprobs, mic
 from llamarl.engine.model import Policy
 from llamarl.errors import NonFiniteError
 from llamarl.training.parallel import TrainerRanks
+from llamarl.training.sharding import checkpoint_activations, data_parallel, local
 
 
 def make_optimizer(parameters: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.AdamW:
@@ -90,19 +94,25 @@ class Learner:
     ) -> None:
         self.policy = policy
         self.ranks = ranks
+        if algorithm.kl_coef > 0 and reference is None:  # a whole copy, before any sharding
+            reference = copy.deepcopy(policy)
+        self.reference = reference if algorithm.kl_coef > 0 else None
+        if trainer.activation_checkpointing:
+            checkpoint_activations(policy.model)
         self._forward = policy
-        """The policy the loss is computed with: under DistributedDataParallel with ranks."""
-        if ranks is not None:  # wrapping gives every rank rank 0's weights
-            wrapped: Any = ranks.wrap(policy.model)
+        """The policy the loss is computed with: wrapped or sharded with ranks."""
+        self._parallel = data_parallel(trainer, ranks.device) if ranks is not None else None
+        if self._parallel is not None:
+            wrapped: Any = self._parallel.wrap(policy.model)
             self._forward = dataclasses.replace(policy, model=wrapped)
         self.algorithm = algorithm
         self.trainer = trainer
         self.temperature = temperature
         self.min_new_tokens = min_new_tokens
-        self.optimizer = make_optimizer(policy.model.parameters(), trainer.lr)
-        if algorithm.kl_coef > 0 and reference is None:
-            reference = copy.deepcopy(policy)
-        self.reference = reference if algorithm.kl_coef > 0 else None
+        self.optimizer = make_optimizer(self.trainable(), trainer.lr)
+
+    def trainable(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.policy.model.parameters() if p.requires_grad]
 
     def _logprobs(self, policy: Policy, batch: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
         return grouped_logprobs(policy, batch, self.temperature, self.min_new_tokens)
@@ -133,10 +143,10 @@ class Learner:
         return self._update(stats, rewards, num_tokens)
 
     def _gradient_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
-        """With ranks, gradients are all-reduced in the last micro-batch's backward only."""
-        if self.ranks is None or last:
+        """With ranks, gradients are reduced in the last micro-batch's backward only."""
+        if self._parallel is None:
             return contextlib.nullcontext()
-        return self._forward.model.no_sync()  # type: ignore[operator]
+        return self._parallel.gradient_sync(self._forward.model, last)
 
     def _loss(
         self, batch: MicroBatch, advantages: torch.Tensor, num_tokens: float, num_rows: int
@@ -163,14 +173,15 @@ class Learner:
         self, stats: _StepStats, rewards: torch.Tensor, num_tokens: float
     ) -> dict[str, float]:
         """Clip, step (unless something is non-finite) and report."""
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.policy.model.parameters(), self.trainer.max_grad_norm
-        )
+        trainable = self.trainable()
+        grad_norm = torch.nn.utils.clip_grad_norm_(trainable, self.trainer.max_grad_norm)
+        if isinstance(grad_norm, DTensor):  # sharded gradients: the norm over every rank
+            grad_norm = grad_norm.full_tensor()
         # A non-finite loss or gradient would poison every weight: the update is skipped.
         finite = math.isfinite(stats.loss) and bool(torch.isfinite(grad_norm))
         if finite:
             self.optimizer.step()
-            norms = torch._foreach_norm(list(self.policy.model.parameters()))
+            norms = torch._foreach_norm([local(p) for p in trainable])
             if not bool(torch.isfinite(torch.stack(norms)).all()):
                 raise NonFiniteError(
                     "an optimizer step made the weights non-finite (they are neither published "

@@ -27,7 +27,6 @@ import msgpack
 import structlog
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
 from llamarl.errors import ProtocolError
 from llamarl.protocol import ScoredGroup, decode, encode, make_envelope
@@ -99,12 +98,6 @@ class TrainerRanks:
     def mine(self, count: int) -> list[int]:
         """The indices of a step's `count` groups this rank trains on."""
         return list(range(self.rank, count, self.world))
-
-    def wrap(self, model: torch.nn.Module) -> DistributedDataParallel:
-        """The model under DistributedDataParallel (its constructor gives every rank rank 0's
-        weights)."""
-        ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids)
 
     def sum(self, values: Sequence[float]) -> list[float]:
         return self._reduce(values, dist.ReduceOp.SUM)

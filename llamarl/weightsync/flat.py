@@ -10,10 +10,17 @@ buffer, so the swap copies nothing (and the buffer it held before can take the n
 generator that holds its weights in another dtype (bfloat16) or on another device copies them
 in instead, cast on the way (`assign`).
 
-A trainer of several ranks sends a version in shards (`Shard`): shard i of n is a run of whole
-weight objects, cut so the shards hold about equal numbers of values; shard 0 then shard 1 ...
-laid end to end are exactly the flat buffer, so every rank and every generator agrees on the
-cut from the architecture and n alone.
+A trainer of several ranks sends a version in shards (`Shard`), in one of two layouts, both
+agreed from the architecture and n alone. `runs` (data-parallel replicas): shard i of n is a run
+of whole weight objects, cut so the shards hold about equal numbers of values; shard 0 then
+shard 1 ... laid end to end are exactly the flat buffer. `rows` (FSDP2): every rank holds rows
+of every parameter, the dim-0 chunk `torch.chunk` gives it (what `fully_shard` keeps), and sends
+those as they are, never a gathered whole tensor; shard i is rank i's chunks in flat order (a
+buffer, which FSDP leaves whole, is in shard 0). A generator then copies each weight together
+from the chunks of every shard (`assign_rows`).
+
+With LoRA adapters on the model (peft's `lora_` parameters) a version is the adapters only: the
+base stays frozen and the same on both ends, so only they are weight objects here.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import Any
 
 import torch
 import xxhash
+from torch.distributed.tensor import DTensor
 
 from llamarl.errors import SyncError
 
@@ -40,11 +48,19 @@ class FlatWeights:
         return self.buffer.numel() * self.buffer.element_size()
 
 
+ADAPTER_MARK = "lora_"
+"""In the names of peft's LoRA parameters."""
+
+
 def weight_objects(model: torch.nn.Module) -> list[torch.Tensor]:
-    """The model's parameters and persistent buffers in state_dict order, each object once."""
+    """The model's parameters and persistent buffers in state_dict order, each object once; only
+    the LoRA adapters when the model has them."""
     seen: set[int] = set()
     found = []
-    for tensor in model.state_dict(keep_vars=True).values():
+    named = model.state_dict(keep_vars=True)
+    if any(ADAPTER_MARK in name for name in named):
+        named = {k: v for k, v in named.items() if ADAPTER_MARK in k}
+    for tensor in named.values():
         if id(tensor) not in seen:
             seen.add(id(tensor))
             found.append(tensor)
@@ -57,9 +73,40 @@ class Shard:
 
     index: int
     count: int
+    rows: bool = False
+    """The `rows` layout (every rank's dim-0 chunk of every parameter: fsdp), else `runs`."""
+
+    @property
+    def layout(self) -> str:
+        return "rows" if self.rows else "runs"
 
 
 WHOLE = Shard(0, 1)
+LAYOUTS = ("runs", "rows")
+
+
+def chunk_rows(num_rows: int, index: int, count: int) -> tuple[int, int]:
+    """The rows [start, end) of chunk `index` of `count`, as `torch.chunk` (and so FSDP2) cuts
+    dim 0: chunks of ceil(num_rows / count) rows, the last ones shorter or empty."""
+    size = -(-num_rows // count)
+    start = min(index * size, num_rows)
+    return start, min(start + size, num_rows)
+
+
+def _rows_values(tensor: torch.Tensor, index: int, count: int, parameter: bool) -> int:
+    """Values of `tensor` in shard `index` of `count` in the rows layout."""
+    if not parameter or tensor.dim() == 0:  # left whole by FSDP: sent by shard 0
+        return tensor.numel() if index == 0 else 0
+    start, end = chunk_rows(tensor.shape[0], index, count)
+    return (end - start) * (tensor.numel() // max(tensor.shape[0], 1))
+
+
+def _local(tensor: torch.Tensor, index: int) -> torch.Tensor:
+    """This rank's part of a weight object in the rows layout: a DTensor's local chunk; a
+    plain tensor whole on rank 0, nothing elsewhere."""
+    if isinstance(tensor, DTensor):
+        return tensor.to_local()
+    return tensor if index == 0 else tensor.detach().reshape(-1)[:0]
 
 
 def shard_bounds(sizes: list[int], count: int) -> list[int]:
@@ -85,6 +132,8 @@ def shard_bounds(sizes: list[int], count: int) -> list[int]:
 def shard_objects(model: torch.nn.Module, shard: Shard = WHOLE) -> list[torch.Tensor]:
     """The weight objects of one shard, in flat order."""
     objects = weight_objects(model)
+    if shard.rows:
+        return [_local(t, shard.index) for t in objects]
     if shard.count == 1:
         return objects
     bounds = shard_bounds([t.numel() for t in objects], shard.count)
@@ -177,6 +226,45 @@ def assign(model: torch.nn.Module, pieces: list[torch.Tensor]) -> None:
                 tensor.data = view
             else:
                 tensor.data.copy_(view)
+
+
+def assign_rows(model: torch.nn.Module, pieces: list[torch.Tensor]) -> None:
+    """Make the model's weights the ones whose rows layout shards are `pieces` (in shard
+    order): each weight is copied together from its chunk in every piece, cast to its dtype and
+    moved to its device. SyncError, before anything changes, when the sizes disagree."""
+    objects = weight_objects(model)
+    parameters = {id(p) for p in model.parameters()}
+    counts = [[_rows_values(t, i, len(pieces), id(t) in parameters) for t in objects]
+              for i in range(len(pieces))]  # fmt: skip
+    if [sum(c) for c in counts] != [p.numel() for p in pieces]:
+        raise SyncError(
+            f"received shards of {[p.numel() for p in pieces]} values, the model's rows layout "
+            f"over {len(pieces)} ranks needs {[sum(c) for c in counts]}"
+        )
+    offsets = [0] * len(pieces)
+    with torch.no_grad():
+        for number, tensor in enumerate(objects):
+            parts = []
+            for index, piece in enumerate(pieces):
+                count = counts[index][number]
+                parts.append(piece[offsets[index] : offsets[index] + count])
+                offsets[index] += count
+            tensor.data.copy_(torch.cat(parts).view(tensor.shape))
+
+
+@dataclass(frozen=True)
+class Received:
+    """A version's shards as a generator received them, in shard order, with their layout."""
+
+    pieces: list[torch.Tensor]
+    rows: bool
+
+    def put_in(self, model: torch.nn.Module) -> None:
+        """Make the model's weights these: bound or copied (runs), copied together (rows)."""
+        if self.rows:
+            assign_rows(model, self.pieces)
+        else:
+            assign(model, self.pieces)
 
 
 def binds(model: torch.nn.Module, device: torch.device) -> bool:

@@ -32,7 +32,7 @@ from llamarl.weightsync.base import (
     WeightReceiver,
     never_stop,
 )
-from llamarl.weightsync.flat import num_values, weight_objects
+from llamarl.weightsync.flat import WHOLE, num_values, weight_objects
 from llamarl.weightsync.messages import Announced
 
 _endpoints: weakref.WeakValueDictionary[str, LocalPublisher] = weakref.WeakValueDictionary()
@@ -55,7 +55,7 @@ class LocalPublisher(WeightPublisher[torch.nn.Module]):
         self._advance(staged.policy_version)
         self._latest = (staged.policy_version, staged.handle)
         return {"transport": self.name, "endpoint": self.endpoint,
-                "num_bytes": staged.num_bytes, "checksum": ""}  # fmt: skip
+                "num_bytes": staged.num_bytes, "checksum": "", "layout": WHOLE.layout}  # fmt: skip
 
     def latest(self) -> tuple[int, torch.nn.Module] | None:
         return self._latest

@@ -18,6 +18,7 @@ import msgpack
 
 from llamarl.errors import ProtocolError, SyncError
 from llamarl.protocol.schema import from_wire, to_wire
+from llamarl.weightsync.flat import LAYOUTS
 
 MAX_FRAME_BYTES = 4096
 MAX_WORKER_ID = 64
@@ -119,6 +120,8 @@ class Announced:
     endpoint: str
     num_bytes: int
     checksum: str
+    layout: str
+    """How the shards cut the weights: runs or rows (`llamarl.weightsync.flat`)."""
 
     @classmethod
     def parse(cls, meta: Mapping[str, str], transport: str) -> Announced:
@@ -131,6 +134,7 @@ class Announced:
                 endpoint=str(meta["endpoint"]),
                 num_bytes=int(meta["num_bytes"]),
                 checksum=str(meta["checksum"]),
+                layout=str(meta["layout"]),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise SyncError(f"malformed version metadata ({type(err).__name__}: {err})") from None
@@ -139,6 +143,8 @@ class Announced:
                 f"version {announced.policy_version} was published over {announced.transport}, "
                 f"this generator receives over {transport}: set sync.transport on both"
             )
+        if announced.layout not in LAYOUTS:
+            raise SyncError(f"version metadata: unknown shard layout {announced.layout[:20]!r}")
         if announced.policy_version < 0 or announced.num_bytes <= 0:
             raise SyncError(f"version metadata out of range: {dict(meta)}")
         if len(announced.checksums) not in (1, len(announced.endpoints)):
@@ -153,6 +159,10 @@ class Announced:
     def checksums(self) -> list[str]:
         return self.checksum.split(SHARD_SEPARATOR)
 
+    @property
+    def rows(self) -> bool:
+        return self.layout == "rows"
+
 
 def join_shards(metas: list[dict[str, str | int]]) -> dict[str, str | int]:
     """One version's metadata from its shards' (in shard order): endpoints and checksums
@@ -162,4 +172,5 @@ def join_shards(metas: list[dict[str, str | int]]) -> dict[str, str | int]:
         "endpoint": SHARD_SEPARATOR.join(str(m["endpoint"]) for m in metas),
         "num_bytes": sum(int(m["num_bytes"]) for m in metas),
         "checksum": SHARD_SEPARATOR.join(str(m["checksum"]) for m in metas),
+        "layout": metas[0]["layout"],
     }

@@ -26,8 +26,8 @@ from llamarl.weightsync.base import (
 from llamarl.weightsync.flat import (
     WHOLE,
     FlatWeights,
+    Received,
     Shard,
-    assign,
     binds,
     checksum,
     copy_into,
@@ -89,7 +89,8 @@ class PairGroupPublisher(WeightPublisher[torch.Tensor]):
         self._server.publish(FlatWeights(staged.policy_version, staged.handle, digest))
         self._staged.discard(id(staged.handle))
         return {"transport": self.name, "endpoint": self._server.endpoint,
-                "num_bytes": staged.num_bytes, "checksum": digest}  # fmt: skip
+                "num_bytes": staged.num_bytes, "checksum": digest,
+                "layout": self.shard.layout}  # fmt: skip
 
     def discard(self, staged: Staged[torch.Tensor]) -> None:
         self._staged.discard(id(staged.handle))
@@ -101,7 +102,7 @@ class PairGroupPublisher(WeightPublisher[torch.Tensor]):
         self._pool.clear()
 
 
-class PairGroupReceiver(WeightReceiver[torch.Tensor]):
+class PairGroupReceiver(WeightReceiver[tuple[torch.Tensor, Received]]):
     """A generator's end: pulls land in the buffer the model held before the last swap, so after
     the first two pulls none allocates memory. The shards of a version from a trainer of several
     ranks are received side by side (one thread each) into one flat buffer. `sync.verify` auto
@@ -127,7 +128,7 @@ class PairGroupReceiver(WeightReceiver[torch.Tensor]):
 
     def fetch(
         self, meta: Mapping[str, str], should_stop: StopCheck = never_stop
-    ) -> tuple[int, torch.Tensor]:
+    ) -> tuple[int, tuple[torch.Tensor, Received]]:
         announced = Announced.parse(meta, self.name)
         version = announced.policy_version
         endpoints = announced.endpoints
@@ -157,18 +158,20 @@ class PairGroupReceiver(WeightReceiver[torch.Tensor]):
         except SyncError:
             self._spare = into
             raise
-        return version, into
+        return version, (into, Received([into] if not announced.rows else pieces, announced.rows))
 
-    def swap_in(self, model: torch.nn.Module, fetched: torch.Tensor) -> None:
+    def swap_in(self, model: torch.nn.Module, fetched: tuple[torch.Tensor, Received]) -> None:
         """Bind the model to the fetched buffer (the one it held becomes the next pull's); a
-        model of another dtype or device copies it in, and the buffer is free again at once."""
-        bound = binds(model, fetched.device)
-        assign(model, [fetched])
+        model of another dtype or device, or shards in the rows layout, are copied in, and the
+        buffer is free again at once."""
+        buffer, received = fetched
+        bound = binds(model, buffer.device) and not received.rows
+        received.put_in(model)
         if not bound:
-            self._spare = fetched
+            self._spare = buffer
             return
-        previous, self._held = self._held, fetched
-        if previous is not None and previous is not fetched:
+        previous, self._held = self._held, buffer
+        if previous is not None and previous is not buffer:
             self._spare = previous
 
     def close(self) -> None:

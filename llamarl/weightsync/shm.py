@@ -15,7 +15,8 @@ file is complete by construction). The generator's weights are then bound to the
 
 A trainer of several ranks publishes one file per rank and version, each holding that rank's
 shard (`flat.Shard`); a generator maps every shard's file and binds its weights across them
-(each weight lies within one shard), still without a copy.
+(each weight lies within one shard), still without a copy; shards in the rows layout (fsdp) are
+copied together into the generator's own weights instead.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ from llamarl.weightsync.base import (
 )
 from llamarl.weightsync.flat import (
     WHOLE,
+    Received,
     Shard,
-    assign,
     checksum,
     copy_into,
     num_values,
@@ -166,7 +167,8 @@ class ShmPublisher(WeightPublisher[StagedFile]):
         self.path(staged.policy_version - KEEP_VERSIONS).unlink(missing_ok=True)
         self.prepare_next(file.num_bytes)
         return {"transport": self.name, "endpoint": str(file.target),
-                "num_bytes": file.num_bytes, "checksum": digest}  # fmt: skip
+                "num_bytes": file.num_bytes, "checksum": digest,
+                "layout": self.shard.layout}  # fmt: skip
 
     def discard(self, staged: Staged[StagedFile]) -> None:
         staged.handle.temp.unlink(missing_ok=True)
@@ -199,7 +201,7 @@ def _file_size(endpoint: str) -> int:
         raise SyncError(f"weights at {endpoint}: {err.strerror}") from None
 
 
-class ShmReceiver(WeightReceiver[list[torch.Tensor]]):
+class ShmReceiver(WeightReceiver[Received]):
     """A generator's end: map the announced file (a file per shard) and bind the model to its
     pages. A mapped buffer is never reused for a later version (its pages are the trainer's)."""
 
@@ -210,7 +212,7 @@ class ShmReceiver(WeightReceiver[list[torch.Tensor]]):
 
     def fetch(
         self, meta: Mapping[str, str], should_stop: StopCheck = never_stop
-    ) -> tuple[int, list[torch.Tensor]]:
+    ) -> tuple[int, Received]:
         announced = Announced.parse(meta, self.name)
         endpoints = announced.endpoints
         if len(endpoints) == 1:
@@ -225,10 +227,10 @@ class ShmReceiver(WeightReceiver[list[torch.Tensor]]):
             fetch_shm(endpoint, size, expected)
             for endpoint, size, expected in zip(endpoints, sizes, checksums, strict=True)
         ]
-        return announced.policy_version, pieces
+        return announced.policy_version, Received(pieces, announced.rows)
 
-    def swap_in(self, model: torch.nn.Module, fetched: list[torch.Tensor]) -> None:
-        assign(model, fetched)
+    def swap_in(self, model: torch.nn.Module, fetched: Received) -> None:
+        fetched.put_in(model)
 
     def close(self) -> None:
         """Nothing held: the model's weights keep their mapping alive until they are replaced."""

@@ -1,7 +1,9 @@
 """A trainer of several ranks: its gradients equal one process's (real gloo group of two spawned
-processes), and its sharded weight sync reproduces the trainer's weights in every generator,
-bit for bit in float32 and within the cast's rounding in bfloat16 (two rank processes, each
-publishing its own shard, and two generator processes, over shm and over gloo)."""
+processes), with FSDP2 shards (with and without activation checkpointing) its weights after
+three steps too, and its sharded weight sync reproduces the trainer's weights in every
+generator, bit for bit in float32 and within the cast's rounding in bfloat16 (two rank
+processes, each publishing its own shard: a run of whole tensors from replicas, or its FSDP
+chunks of every tensor; two generator processes; over shm and over gloo)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from torch.distributed.tensor import DTensor
 
 from llamarl.config import (
     AlgorithmConfig,
@@ -26,6 +29,7 @@ from llamarl.engine.model import build_policy, place
 from llamarl.net import free_port_block
 from llamarl.training.learner import Learner
 from llamarl.training.parallel import TrainerRanks
+from llamarl.training.sharding import Shards
 from llamarl.weightsync import make_publisher, make_receiver
 from llamarl.weightsync.flat import Shard, flatten, weight_objects
 from llamarl.weightsync.messages import join_shards
@@ -63,11 +67,7 @@ def flat_grads(learner: Learner) -> np.ndarray:
 def train_rank(rank: int, world: int, port: int, out: Any) -> None:
     """One trainer rank: rank 1 starts from other weights, so equal results prove that the
     group gave it rank 0's."""
-    os.environ |= {"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-                   "MASTER_PORT": str(port)}  # fmt: skip
-    torch.set_num_threads(1)
-    ranks = TrainerRanks.from_env("cpu", 60, "test")
-    assert ranks is not None
+    ranks = join_group(rank, world, port)
     learner = Learner(build_policy(MODEL, seed=1 + rank), AlgorithmConfig(), TRAINER, 1.0,
                       ranks=ranks)  # fmt: skip
     stats = learner.step(step_groups())
@@ -110,10 +110,71 @@ def test_a_two_rank_trainer_computes_the_one_process_gradients() -> None:
     assert np.array_equal(results[0][3], results[1][3]), "the replicas must stay bit-identical"
 
 
-def publish_rank(config: SyncConfig, rank: int, world: int, metas: Any, done: Any) -> None:
-    """One trainer rank: publish its shard of version 3 and serve it until the test is done."""
-    model = build_policy(MODEL, seed=1).model  # data-parallel replicas: the same weights
-    publisher = make_publisher(config, "ranks-test", shard=Shard(rank, world))
+def full_weights(model: torch.nn.Module) -> np.ndarray:
+    """The flat weights of a model whose parameters may be FSDP shards (gathered: tests only)."""
+    tensors = [t.full_tensor() if isinstance(t, DTensor) else t for t in weight_objects(model)]
+    return torch.cat([t.detach().flatten() for t in tensors]).numpy().copy()
+
+
+def join_group(rank: int, world: int, port: int) -> TrainerRanks:
+    os.environ |= {"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
+                   "MASTER_PORT": str(port)}  # fmt: skip
+    torch.set_num_threads(1)
+    ranks = TrainerRanks.from_env("cpu", 60, "test")
+    assert ranks is not None
+    return ranks
+
+
+def train_sharded_rank(rank: int, world: int, port: int, trainer: TrainerConfig, out: Any) -> None:
+    """One FSDP rank: three steps from the seed's weights; rank 0 reports the whole weights."""
+    ranks = join_group(rank, world, port)
+    learner = Learner(build_policy(MODEL, seed=1), AlgorithmConfig(), trainer, 1.0, ranks=ranks)
+    kinds = {type(p).__name__ for p in learner.policy.model.parameters()}
+    for _ in range(3):
+        learner.step(step_groups())
+    weights = full_weights(learner.policy.model)
+    out.put((rank, kinds, weights))
+    ranks.close()
+
+
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["fsdp", "fsdp-ac"])
+def test_fsdp_ranks_take_the_one_process_steps(checkpointing: bool) -> None:
+    trainer = TRAINER.model_copy(
+        update={"sharding": "fsdp", "activation_checkpointing": checkpointing}
+    )
+    alone = Learner(build_policy(MODEL, seed=1), AlgorithmConfig(), TRAINER, 1.0)
+    for _ in range(3):
+        alone.step(step_groups())
+    expected = flatten(alone.policy.model, 1).buffer.numpy()
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port_block(size=1)
+    procs = [
+        ctx.Process(target=train_sharded_rank, args=(r, 2, port, trainer, out)) for r in range(2)
+    ]
+    for proc in procs:
+        proc.start()
+    results = sorted((out.get(timeout=120) for _ in procs), key=lambda item: item[0])
+    for proc in procs:
+        proc.join(30)
+        assert proc.exitcode == 0
+    for rank, kinds, weights in results:
+        assert kinds == {"DTensor"}, f"rank {rank} holds whole parameters"
+        difference = np.abs(weights - expected).max()
+        assert difference <= TOLERANCE * np.abs(expected).max(), f"rank {rank}: {difference}"
+    assert not np.array_equal(expected, flatten(build_policy(MODEL, seed=1).model, 0).buffer)
+
+
+def publish_rank(
+    config: SyncConfig, rank: int, world: int, port: int, rows: bool, metas: Any, done: Any
+) -> None:
+    """One trainer rank: publish its shard of version 3 and serve it until the test is done;
+    with `rows`, its FSDP2 chunks (every rank starts from the same weights)."""
+    model = build_policy(MODEL, seed=1).model
+    if rows:
+        join_group(rank, world, port)
+        Shards(torch.device("cpu"), TRAINER).wrap(model)
+    publisher = make_publisher(config, "ranks-test", shard=Shard(rank, world, rows))
     try:
         metas.put((rank, publisher.publish(publisher.stage(model, 3))))
         done.wait(120)
@@ -133,15 +194,18 @@ def receive(config: SyncConfig, meta: dict[str, str], dtype: str, worker_id: str
     receiver.close()
 
 
+@pytest.mark.parametrize("rows", [False, True], ids=["replicas", "fsdp"])
 @pytest.mark.parametrize(
     "config", [ShmSync(timeout_s=30), GlooSync(bucket_mb=0.01, timeout_s=30)], ids=["shm", "gloo"]
 )
 def test_sharded_sync_from_two_ranks_reproduces_the_weights_in_two_generators(
-    config: SyncConfig,
+    config: SyncConfig, rows: bool
 ) -> None:
     ctx = mp.get_context("spawn")
     metas, out, done = ctx.Queue(), ctx.Queue(), ctx.Event()
-    ranks = [ctx.Process(target=publish_rank, args=(config, r, 2, metas, done)) for r in range(2)]
+    port = free_port_block(size=1)
+    ranks = [ctx.Process(target=publish_rank, args=(config, r, 2, port, rows, metas, done))
+             for r in range(2)]  # fmt: skip
     for proc in ranks:
         proc.start()
     generators = []
@@ -153,6 +217,7 @@ def test_sharded_sync_from_two_ranks_reproduces_the_weights_in_two_generators(
         assert int(meta["num_bytes"]) == trainer.nbytes
         assert 0 < int(shards[0]["num_bytes"]) < trainer.nbytes, "each rank sends a part only"
         assert shards[0]["endpoint"] != shards[1]["endpoint"]
+        assert meta["layout"] == ("rows" if rows else "runs")
         generators = [
             ctx.Process(target=receive, args=(config, meta, dtype, f"gen-{dtype}", out))
             for dtype in ("float32", "bfloat16")

@@ -75,18 +75,21 @@ def _plain_loss(policy, reference, groups, algorithm: AlgorithmConfig) -> torch.
 
 
 @pytest.mark.parametrize(
-    ("loss", "aggregation", "kl_coef", "micro_tokens"),
+    ("loss", "aggregation", "kl_coef", "micro_tokens", "checkpointing"),
     [
-        ("aipo", "token_mean", 0.0, 4096),
-        ("aipo", "sequence_mean", 0.0, 30),
-        ("ppo_clip", "token_mean", 0.1, 30),
+        ("aipo", "token_mean", 0.0, 4096, False),
+        ("aipo", "sequence_mean", 0.0, 30, False),
+        ("ppo_clip", "token_mean", 0.1, 30, False),
+        # Recomputed blocks must see the prompt's cache as their first pass did.
+        ("aipo", "token_mean", 0.1, 30, True),
     ],
 )
 def test_grouped_step_equals_plain_loss_and_gradients(
-    loss: str, aggregation: str, kl_coef: float, micro_tokens: int
+    loss: str, aggregation: str, kl_coef: float, micro_tokens: int, checkpointing: bool
 ) -> None:
     algorithm = AlgorithmConfig(loss=loss, aggregation=aggregation, kl_coef=kl_coef, rho=1.2)
-    trainer = TrainerConfig(lr=1e-3, micro_batch_tokens=micro_tokens, max_grad_norm=1e6)
+    trainer = TrainerConfig(lr=1e-3, micro_batch_tokens=micro_tokens, max_grad_norm=1e6,
+                            activation_checkpointing=checkpointing)  # fmt: skip
     policy = build_policy(ModelConfig(hidden_size=32, num_layers=2, num_heads=2), seed=1)
     groups = _groups(policy)
     assert len({int(g.prompt_ids.shape[0]) for g in groups}) == 3
@@ -115,7 +118,10 @@ def test_grouped_step_equals_plain_loss_and_gradients(
     stats = learner.step(groups)
     assert stats["loss"] == pytest.approx(float(plain.detach()), abs=1e-5)
     assert abs(float(plain.detach())) > 1e-4, "a vanishing loss would prove nothing"
+    wrapped = sum(n.endswith("_checkpoint_wrapped_module") for n, _ in policy.model.named_modules())
+    assert wrapped == (2 if checkpointing else 0), "every block is checkpointed, or none"
     for name, param in policy.model.named_parameters():
+        name = name.replace("_checkpoint_wrapped_module.", "")
         assert param.grad is not None, name
         assert torch.allclose(param.grad, expected[name], atol=1e-5, rtol=1e-4), name
     assert stats["ratio_max"] > 1.0 and 0 < stats["clipped_fraction"] < 1
