@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
     LlamaConfig,
@@ -77,22 +78,46 @@ def build_policy(config: ModelConfig, seed: int) -> Policy:
     return Policy(model, tokenizer)
 
 
-def load_policy(path: str | Path) -> Policy:
-    """Load a local HF causal-LM directory (model + tokenizer); never touches a hub."""
+def _tokenizer_of(directory: Path) -> PreTrainedTokenizerBase:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     hf_logging.disable_progress_bar()
-    directory = Path(path)
     if not (directory / "config.json").exists():
         raise FileNotFoundError(f"{directory}: not a local model directory (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Load a local HF causal-LM directory (model + tokenizer); never touches a hub."""
+    directory = Path(path)
+    tokenizer = _tokenizer_of(directory)
     model = AutoModelForCausalLM.from_pretrained(
         directory, local_files_only=True, dtype=torch.float32
     )
     model.eval()
     return Policy(model, tokenizer)
+
+
+def architecture_of(path: str | Path) -> Policy:
+    """A model of the directory's architecture with fresh weights (to be loaded from elsewhere:
+    a sharded checkpoint), and its tokenizer."""
+    directory = Path(path)
+    tokenizer = _tokenizer_of(directory)
+    config = AutoConfig.from_pretrained(directory, local_files_only=True)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.eval()
+    return Policy(model, tokenizer)
+
+
+def save_architecture(policy: Policy, directory: str | Path) -> None:
+    """The model's config and its tokenizer, without weights."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    policy.model.config.save_pretrained(directory)
+    policy.tokenizer.save_pretrained(directory)
 
 
 def check_model_path(config: ModelConfig) -> None:

@@ -9,6 +9,7 @@ role process; the synchronous baseline builds its runtimes on in-process ones in
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -20,6 +21,7 @@ from llamarl.engine.model import Policy, make_policy, place
 from llamarl.errors import ConfigError
 from llamarl.limits import RejectHook, Rejections
 from llamarl.net import BrokerEndpoints
+from llamarl.observe.progress import Listener
 from llamarl.rewards import make_verifier
 from llamarl.rewards.custom import load_reward
 from llamarl.rewards.reward_model import RewardModelScorer
@@ -37,6 +39,7 @@ from llamarl.training.evaluate import Evaluation, evaluate
 from llamarl.training.learner import Learner
 from llamarl.training.parallel import TrainerRanks
 from llamarl.training.sft import starting_policy
+from llamarl.training.sharded_checkpoint import load_shards
 from llamarl.weightsync import (
     WeightPublisher,
     WeightReceiver,
@@ -158,7 +161,14 @@ def learner(
         policy, config.algorithm, trainer_config, gen.temperature, reference,
         min_new_tokens=gen.min_new_tokens, ranks=ranks,
     )  # fmt: skip
-    if restored is not None:
+    if restored is not None and restored.sharded:
+        load_shards(built.policy.model, built.optimizer, restored.path)
+    elif restored is not None and restored.optimizer_state is not None:
+        if ranks is not None and trainer_config.sharding == "fsdp":
+            raise ConfigError(
+                f"checkpoint {restored.path} holds a replica's optimizer state (trainer.sharding "
+                "ddp): resume it with trainer.sharding: ddp, or start a new run_dir"
+            )
         built.optimizer.load_state_dict(restored.optimizer_state)
     return built
 
@@ -166,7 +176,8 @@ def learner(
 def shard_publisher(config: RunConfig, ranks: TrainerRanks | None,
                     on_reject: RejectHook | None) -> WeightPublisher:  # fmt: skip
     """This trainer rank's end of the weight transport, for its own shard of each version."""
-    shard = Shard(ranks.rank, ranks.world) if ranks is not None else WHOLE
+    rows = config.trainer.sharding == "fsdp"
+    shard = Shard(ranks.rank, ranks.world, rows) if ranks is not None else WHOLE
     curve = load_curve(config.broker.curve_keys)
     return make_publisher(config.sync, config.run_id, curve, on_reject, shard)
 
@@ -192,19 +203,33 @@ def trainer(
     learner_ = learner(config, policy, restored, ranks)
     if publisher is None:
         publisher = shard_publisher(config, ranks, runtime.rejections.record)
-    held_out = prompt_set.eval_items()
-    verifier = make_verifier(config.task.verifier)
+    evaluation = held_out_evaluation(config, policy)
 
-    def held_out_evaluation() -> Evaluation:
+    def evaluate_now() -> Evaluation:
         with runtime.keep_alive("evaluating") as phase:
-            gen = config.generation
-            return evaluate(policy, held_out, verifier, gen.max_new_tokens, gen.min_new_tokens,
-                            listener=phase.report)  # fmt: skip
+            return evaluation(phase.report)
 
-    checkpointer = Checkpointer(checkpoints, runtime.store, config.trainer.checkpoint_every)
+    checkpointer = Checkpointer(checkpoints, runtime.store, config.trainer.checkpoint_every,
+                                config.trainer.sharding == "fsdp", ranks)  # fmt: skip
     return Trainer(
-        runtime, learner_, publisher, checkpointer, held_out_evaluation, restored, started, ranks
+        runtime, learner_, publisher, checkpointer, evaluate_now, restored, started, ranks
     )
+
+
+def held_out_evaluation(
+    config: RunConfig, policy: Policy
+) -> Callable[[Listener | None], Evaluation]:
+    """Evaluates `policy` on the task's held-out prompts (greedy, so every sharded rank takes
+    the same steps)."""
+    held_out = make_prompt_set(config.task, config.seed).eval_items()
+    verifier = make_verifier(config.task.verifier)
+    gen = config.generation
+
+    def run(listener: Listener | None) -> Evaluation:
+        return evaluate(policy, held_out, verifier, gen.max_new_tokens, gen.min_new_tokens,
+                        listener=listener)  # fmt: skip
+
+    return run
 
 
 def trainer_follower(config: RunConfig, ranks: TrainerRanks, store: RedisStore) -> TrainerFollower:
@@ -216,4 +241,5 @@ def trainer_follower(config: RunConfig, ranks: TrainerRanks, store: RedisStore) 
     policy = restored.policy if restored is not None else make_policy(config.model, config.seed)
     return TrainerFollower(ranks, learner(config, policy, restored, ranks),
                            shard_publisher(config, ranks, None), store,
-                           config.sync.timeout_s)  # fmt: skip
+                           config.sync.timeout_s, held_out_evaluation(config, policy),
+                           checkpoints)  # fmt: skip

@@ -38,7 +38,7 @@ from llamarl.roles.trainer_durability import SAMPLES_LOG, Checkpointer, resume, 
 from llamarl.topics import CONTROL, SCORED, VERSIONS
 from llamarl.training.checkpoint import Restored, TrainerState
 from llamarl.training.evaluate import Evaluation
-from llamarl.training.export import FINAL_MODEL
+from llamarl.training.export import FINAL_MODEL, write_model
 from llamarl.training.learner import Learner
 from llamarl.training.parallel import Order, TrainerRanks
 from llamarl.weightsync import Staged, WeightPublisher
@@ -92,13 +92,13 @@ class Trainer:
         self._announce_bus: Bus | None = None
         self.versions = LatestOnly("version-publisher", self._announce, publisher.discard)
 
-    def save_checkpoint(self) -> None:
+    def save_checkpoint(self, always: bool = False) -> None:
         started = self.runtime.clock()
         counters: dict[str, float] = {"max_staleness_seen": self.max_staleness_seen}
         if self.initial_accuracy is not None:
             counters["initial_accuracy"] = self.initial_accuracy
         state = TrainerState(self.step, self.policy_version, counters, list(self.buffer))
-        self.checkpointer.save(self.learner, state, self.book.floor)
+        self.checkpointer.save(self.learner, state, self.book.floor, always)
         self.runtime.add_time("checkpoint_s", started)
 
     def publish(self) -> None:
@@ -273,8 +273,10 @@ class Trainer:
         self.max_staleness_seen = max([self.max_staleness_seen, *staleness])
 
     def held_out_accuracy(self) -> float:
-        """Evaluate; log a few completions with their rewards (and append them to
-        RUN_DIR/samples.jsonl)."""
+        """Evaluate (sharded ranks all at once); log a few completions with their rewards (and
+        append them to RUN_DIR/samples.jsonl)."""
+        if self.ranks is not None and self.checkpointer.sharded:
+            self.ranks.send(Order("evaluate"))
         result = self.evaluate()
         log.info("samples", step=self.step, accuracy=result.accuracy, samples=result.samples)
         entry = {"step": self.step, "accuracy": result.accuracy, "samples": result.samples}
@@ -324,14 +326,18 @@ class Trainer:
         RUN_DIR/summary.json."""
         runtime = self.runtime
         timeout_s = runtime.config.sync.timeout_s
-        if not self.done:
-            self.save_checkpoint()  # asked to stop: resume later without losing a step
+        sharded = self.checkpointer.sharded
+        if not self.done or sharded:  # a sharded model is put together from its checkpoint
+            self.save_checkpoint(always=True)  # or asked to stop: resume without losing a step
         self.checkpointer.flush(timeout_s)
         self.versions.flush(timeout_s)
         run_dir = Path(runtime.config.run_dir)
         model_dir = run_dir / FINAL_MODEL
         if self.done:
-            save_policy(self.policy, model_dir)
+            if sharded:
+                write_model(self.checkpointer.checkpoints.target(self.step), model_dir)
+            else:
+                save_policy(self.policy, model_dir)
             runtime.store.set_run_status("finished")
             stop = Control("stop", {"reason": "trainer finished"})
             runtime.bus.publish(CONTROL, stop, self.policy_version)

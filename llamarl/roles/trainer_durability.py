@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+import torch
 
 from llamarl.protocol import ScoredGroup
 from llamarl.roles.background import LatestOnly
@@ -23,6 +24,8 @@ from llamarl.roles.journal import rewind
 from llamarl.store import Store
 from llamarl.training.checkpoint import CheckpointStore, Snapshot, TrainerState, take_snapshot
 from llamarl.training.learner import Learner
+from llamarl.training.parallel import Order, TrainerRanks
+from llamarl.training.sharded_checkpoint import save_shards
 
 log = structlog.get_logger(__name__)
 
@@ -75,20 +78,43 @@ def rewind_logs(run_dir: Path, step: int) -> list[dict[str, Any]]:
 
 class Checkpointer:
     """Takes snapshots in the loop (memory copies) and writes them on a thread of its own; once one
-    is on disk, the store's entries of the tickets it covers are compacted."""
+    is on disk, the store's entries of the tickets it covers are compacted. A sharded trainer's
+    ranks first write their shards in the loop, all at once (rank 0 orders the others to)."""
 
-    def __init__(self, checkpoints: CheckpointStore, store: Store, every: int) -> None:
+    def __init__(
+        self,
+        checkpoints: CheckpointStore,
+        store: Store,
+        every: int,
+        sharded: bool = False,
+        ranks: TrainerRanks | None = None,
+    ) -> None:
         self.checkpoints = checkpoints
         self.store = store
         self.every = every
+        self.sharded = sharded
+        self.ranks = ranks
         self._writer = LatestOnly("checkpoint-writer", self._write)
+        self._last_step = -1
+        """The step of the last snapshot taken: a step's checkpoint is written once."""
 
-    def save(self, learner: Learner, state: TrainerState, ended_below: int) -> None:
+    def save(
+        self, learner: Learner, state: TrainerState, ended_below: int, always: bool = False
+    ) -> None:
         """Every ticket below `ended_below` has ended and is in this snapshot, so none of them can
-        be reopened by a resume from it: their entries can go once it is on disk."""
-        if not self.every:
+        be reopened by a resume from it: their entries can go once it is on disk. `always`
+        saves also when checkpoints are off (a sharded run's final model comes from one)."""
+        if (not self.every and not always) or state.step == self._last_step:
             return
-        snapshot = take_snapshot(learner.policy, learner.reference, learner.optimizer, state)
+        self._last_step = state.step
+        optimizer: torch.optim.Optimizer | None = learner.optimizer
+        if self.sharded:
+            temp = self.checkpoints.prepare(state.step)
+            if self.ranks is not None:
+                self.ranks.send(Order("checkpoint", step=state.step))
+            save_shards(learner.policy.model, learner.optimizer, temp)
+            optimizer = None
+        snapshot = take_snapshot(learner.policy, learner.reference, optimizer, state)
         self._writer.submit((snapshot, ended_below))
 
     def _write(self, item: tuple[Snapshot, int]) -> None:

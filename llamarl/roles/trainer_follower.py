@@ -4,22 +4,28 @@ It holds a replica of the model (DistributedDataParallel keeps it equal to rank 
 optimizer, and follows `llamarl.training.parallel.Order`s: `step` trains on this rank's share of the
 groups (the gradients are summed over ranks inside the step), `publish` stages this rank's shard
 of the version, which its publisher thread exposes to the generators and records in the store
-(`put_version_shard`) for rank 0 to announce, and `stop` ends it. It has no bus, ledger,
-evaluation or checkpoints of its own: rank 0 keeps those for the whole trainer.
+(`put_version_shard`) for rank 0 to announce, and `stop` ends it. Sharded ranks (fsdp) also
+`evaluate` beside rank 0 (its forward passes gather every rank's shards; the result is rank 0's
+to report) and `checkpoint` (each writes its shards). It has no bus or ledger of its own: rank 0
+keeps those, and the rest of each checkpoint, for the whole trainer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 
 from llamarl.engine.rollouts import train_group
+from llamarl.observe.progress import Listener
 from llamarl.roles.background import LatestOnly
 from llamarl.roles.base import RoleResult
 from llamarl.store import VersionGate
+from llamarl.training.checkpoint import CheckpointStore
 from llamarl.training.learner import Learner
 from llamarl.training.parallel import TrainerRanks
+from llamarl.training.sharded_checkpoint import save_shards
 from llamarl.weightsync import Staged, WeightPublisher
 
 log = structlog.get_logger(__name__)
@@ -33,12 +39,16 @@ class TrainerFollower:
         publisher: WeightPublisher[Any],
         store: VersionGate,
         timeout_s: float,
+        evaluate: Callable[[Listener | None], object],
+        checkpoints: CheckpointStore,
     ) -> None:
         self.ranks = ranks
         self.learner = learner
         self.publisher = publisher
         self.store = store
         self.timeout_s = timeout_s
+        self.evaluate = evaluate
+        self.checkpoints = checkpoints
         self.steps = 0
         self.versions = LatestOnly("shard-publisher", self._publish, publisher.discard)
 
@@ -64,6 +74,10 @@ class TrainerFollower:
                 self.steps += 1
             elif order.op == "publish":
                 self.versions.submit(self.publisher.stage(model, order.policy_version))
+            elif order.op == "evaluate":
+                self.evaluate(None)
+            elif order.op == "checkpoint":
+                save_shards(model, self.learner.optimizer, self.checkpoints.temp(order.step))
         self.versions.flush(self.timeout_s)
         log.info("trainer rank stopped", rank=self.ranks.rank, steps=self.steps)
         return RoleResult("trainer", f"rank{self.ranks.rank}", self.steps)

@@ -7,6 +7,9 @@ Layout of one checkpoint, RUN_DIR/checkpoints/step-00000020/:
   rng.pt           torch CPU RNG state (same loader)
   state.json       run_id, step, policy_version, python RNG state and the trainer's counters
   buffer.msgpack   scored groups held but not yet trained, each a wire-protocol envelope
+A sharded trainer (fsdp) writes `model/` without weights (config and tokenizer) and no
+optimizer.pt: every rank writes its part of both into shards/ (`llamarl.training.
+sharded_checkpoint`) before rank 0 writes the rest.
 It is written into a `.tmp` directory, fsynced, then renamed: a directory without the suffix is
 always complete. Only the newest `keep` checkpoints stay on disk. Nothing here unpickles.
 `take_snapshot` copies the state between two optimizer steps (memory only), so the writing can
@@ -26,9 +29,16 @@ from typing import Any
 import msgpack
 import torch
 
-from llamarl.engine.model import Policy, load_policy, save_policy
+from llamarl.engine.model import (
+    Policy,
+    architecture_of,
+    load_policy,
+    save_architecture,
+    save_policy,
+)
 from llamarl.errors import ConfigError
 from llamarl.protocol import ScoredGroup, decode, encode, make_envelope
+from llamarl.training.sharded_checkpoint import is_sharded
 
 PREFIX = "step-"
 TMP = ".tmp"
@@ -52,9 +62,10 @@ class Snapshot:
 
     policy: Policy
     """Model (for its config) and tokenizer; the weights written are `model_state`."""
-    model_state: dict[str, torch.Tensor]
+    model_state: dict[str, torch.Tensor] | None
+    """None when the ranks wrote model and optimizer into shards/ already."""
     reference: Policy | None
-    optimizer_state: dict[str, Any]
+    optimizer_state: dict[str, Any] | None
     torch_rng: torch.Tensor
     python_rng: Any
     state: TrainerState
@@ -77,14 +88,18 @@ def clone_tensors(tree: Any, memo: dict[int, torch.Tensor] | None = None) -> Any
 
 
 def take_snapshot(
-    policy: Policy, reference: Policy | None, optimizer: torch.optim.Optimizer, state: TrainerState
+    policy: Policy,
+    reference: Policy | None,
+    optimizer: torch.optim.Optimizer | None,
+    state: TrainerState,
 ) -> Snapshot:
-    """Copy the trainer's state (memory copies only; the slow part is `CheckpointStore.save`)."""
+    """Copy the trainer's state (memory copies only; the slow part is `CheckpointStore.save`);
+    without `optimizer`, neither weights nor optimizer state (the ranks wrote shards)."""
     return Snapshot(
         policy=policy,
-        model_state=clone_tensors(policy.model.state_dict()),
+        model_state=clone_tensors(policy.model.state_dict()) if optimizer is not None else None,
         reference=reference,
-        optimizer_state=clone_tensors(optimizer.state_dict()),
+        optimizer_state=clone_tensors(optimizer.state_dict()) if optimizer is not None else None,
         torch_rng=torch.get_rng_state(),
         python_rng=random.getstate(),
         state=TrainerState(state.step, state.policy_version, dict(state.counters),
@@ -96,9 +111,14 @@ def take_snapshot(
 class Restored:
     path: Path
     policy: Policy
+    """With `sharded`, only the architecture and tokenizer: the weights are in shards/."""
     reference: Policy | None
-    optimizer_state: dict[str, Any]
+    optimizer_state: dict[str, Any] | None
     state: TrainerState
+
+    @property
+    def sharded(self) -> bool:
+        return self.optimizer_state is None
 
 
 def _fsync_tree(directory: Path) -> None:
@@ -132,17 +152,36 @@ class CheckpointStore:
         found = self.complete()
         return found[-1] if found else None
 
-    def save(self, snapshot: Snapshot) -> Path:
-        """Write a snapshot (any thread), fsync it and rename it into place."""
-        state = snapshot.state
-        target = self.root / f"{PREFIX}{state.step:08d}"
-        temp = target.with_suffix(TMP)
+    def target(self, step: int) -> Path:
+        return self.root / f"{PREFIX}{step:08d}"
+
+    def temp(self, step: int) -> Path:
+        """Where the checkpoint of `step` is written before it is complete."""
+        return self.target(step).with_suffix(TMP)
+
+    def prepare(self, step: int) -> Path:
+        """An empty directory for the checkpoint of `step` (rank 0, before the ranks write
+        their shards into it)."""
+        temp = self.temp(step)
         shutil.rmtree(temp, ignore_errors=True)
         temp.mkdir(parents=True)
-        save_policy(snapshot.policy, temp / "model", snapshot.model_state)
+        return temp
+
+    def save(self, snapshot: Snapshot) -> Path:
+        """Write a snapshot (any thread), fsync it and rename it into place; a snapshot without
+        weights completes the directory the ranks wrote their shards into."""
+        state = snapshot.state
+        target, temp = self.target(state.step), self.temp(state.step)
+        if snapshot.model_state is not None:
+            self.prepare(state.step)
+        if snapshot.model_state is None:
+            save_architecture(snapshot.policy, temp / "model")
+        else:
+            save_policy(snapshot.policy, temp / "model", snapshot.model_state)
         if snapshot.reference is not None:
             save_policy(snapshot.reference, temp / "reference")
-        torch.save(snapshot.optimizer_state, temp / "optimizer.pt")
+        if snapshot.optimizer_state is not None:
+            torch.save(snapshot.optimizer_state, temp / "optimizer.pt")
         torch.save(snapshot.torch_rng, temp / "rng.pt")
         python_rng = snapshot.python_rng
         meta = {
@@ -174,7 +213,8 @@ class CheckpointStore:
                 f"checkpoint {path} belongs to run {meta['run_id']!r}, not {self.run_id!r}"
             )
         reference = load_policy(path / "reference") if (path / "reference").is_dir() else None
-        optimizer_state = torch.load(path / "optimizer.pt", weights_only=True)
+        sharded = is_sharded(path)
+        optimizer_state = None if sharded else torch.load(path / "optimizer.pt", weights_only=True)
         torch.set_rng_state(torch.load(path / "rng.pt", weights_only=True))
         version, internal, gauss = meta["python_rng"]
         random.setstate((version, tuple(internal), gauss))
@@ -186,4 +226,5 @@ class CheckpointStore:
             counters=dict(meta["counters"]),
             buffer=buffer,
         )
-        return Restored(path, load_policy(path / "model"), reference, optimizer_state, state)
+        policy = architecture_of(path / "model") if sharded else load_policy(path / "model")
+        return Restored(path, policy, reference, optimizer_state, state)

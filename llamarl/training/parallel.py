@@ -5,10 +5,11 @@ MASTER_PORT, LOCAL_RANK) with gloo for CPU tensors and NCCL for CUDA ones. Rank 
 trainer the rest of the run sees: it gathers scored groups, keeps the ledger, evaluates,
 checkpoints and announces versions. The other ranks follow its orders (`llamarl.roles.
 trainer_follower`): rank 0 broadcasts each step's groups, as wire-protocol envelopes in one
-msgpack frame (never pickle), and each version to publish. Every rank trains on its share of the
-groups (`mine`); DistributedDataParallel sums the gradients in the last micro-batch's backward
-pass, and every rank takes the same optimizer step on the same gradients, so the replicas stay
-equal bit for bit. Each rank then sends its own shard of a version to the generators.
+msgpack frame (never pickle), and each version to publish; sharded ranks (fsdp) are also told
+when to evaluate and checkpoint, which need every rank's shards. Every rank trains on its share
+of the groups (`mine`); the gradients are reduced in the last micro-batch's backward pass
+(`llamarl.training.sharding`: replicas stay equal bit for bit, shards stay each rank's part of
+one model). Each rank then sends its own shard of a version to the generators.
 
 A follower waits for the next order up to `trainer.ranks_timeout_s` (rank 0 may be waiting for
 rollouts, evaluating or checkpointing meanwhile); when any rank dies torchrun ends the others,
@@ -33,13 +34,14 @@ from llamarl.protocol import ScoredGroup, decode, encode, make_envelope
 
 log = structlog.get_logger(__name__)
 MAX_ORDER_BYTES = 1 << 31
-OPS = ("step", "publish", "stop")
+OPS = ("step", "publish", "evaluate", "checkpoint", "stop")
 
 
 @dataclass(frozen=True)
 class Order:
     """What rank 0 tells the other ranks: train a step on `groups`, publish `policy_version`,
-    or stop."""
+    evaluate or write the checkpoint of `step` with it (sharded ranks only: both need every
+    rank's shards), or stop."""
 
     op: str
     step: int = 0

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
@@ -106,8 +107,7 @@ class Replicas(DataParallel):
 
 
 class Shards(DataParallel):
-    """FSDP2 over the default process group: every rank must start from the same weights (the
-    same seed, checkpoint or model directory), since each keeps its chunk of its own copy."""
+    """FSDP2 over the default process group; every rank keeps its chunk of rank 0's weights."""
 
     def __init__(self, device: torch.device, config: TrainerConfig) -> None:
         self.options: dict[str, Any] = {}
@@ -119,6 +119,10 @@ class Shards(DataParallel):
                 self.options["offload_policy"] = CPUOffloadPolicy()
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Shard `model` in place, from rank 0's weights (as DistributedDataParallel does)."""
+        with torch.no_grad():
+            for tensor in model.state_dict().values():
+                dist.broadcast(tensor, 0)
         for block in blocks(model):
             fully_shard(block, **self.options)
         fully_shard(model, **self.options)

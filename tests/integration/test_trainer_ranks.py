@@ -3,12 +3,14 @@ processes), with FSDP2 shards (with and without activation checkpointing) its we
 three steps too, and its sharded weight sync reproduces the trainer's weights in every
 generator, bit for bit in float32 and within the cast's rounding in bfloat16 (two rank
 processes, each publishing its own shard: a run of whole tensors from replicas, or its FSDP
-chunks of every tensor; two generator processes; over shm and over gloo)."""
+chunks of every tensor; two generator processes; over shm and over gloo). A checkpoint of two
+FSDP ranks resumes in one process."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,7 @@ from llamarl.config import (
     AlgorithmConfig,
     GlooSync,
     ModelConfig,
+    RunConfig,
     ShmSync,
     SyncConfig,
     TrainerConfig,
@@ -27,8 +30,13 @@ from llamarl.config import (
 from llamarl.engine.grouped import TrainGroup, micro_batches
 from llamarl.engine.model import build_policy, place
 from llamarl.net import free_port_block
+from llamarl.roles.build import learner
+from llamarl.roles.trainer_durability import Checkpointer
+from llamarl.store import MemoryStore
+from llamarl.training.checkpoint import CheckpointStore, TrainerState
 from llamarl.training.learner import Learner
-from llamarl.training.parallel import TrainerRanks
+from llamarl.training.parallel import Order, TrainerRanks
+from llamarl.training.sharded_checkpoint import save_shards
 from llamarl.training.sharding import Shards
 from llamarl.weightsync import make_publisher, make_receiver
 from llamarl.weightsync.flat import Shard, flatten, weight_objects
@@ -236,3 +244,56 @@ def test_sharded_sync_from_two_ranks_reproduces_the_weights_in_two_generators(
     cast = torch.from_numpy(trainer).to(torch.bfloat16).float().numpy()
     assert np.array_equal(got["bfloat16"][1], cast), "bfloat16: the trainer's weights, cast"
     assert np.all(np.abs(got["bfloat16"][1] - trainer) <= np.abs(trainer) * 2.0**-8)
+
+
+def checkpoint_rank(rank: int, world: int, port: int, root: str, out: Any) -> None:
+    """One FSDP rank: two steps, a checkpoint of every rank's shards (rank 0 writes the rest),
+    a third step; rank 0 reports the whole weights after the third."""
+    ranks = join_group(rank, world, port)
+    trainer = TRAINER.model_copy(update={"sharding": "fsdp"})
+    learner = Learner(build_policy(MODEL, seed=1), AlgorithmConfig(), trainer, 1.0, ranks=ranks)
+    for _ in range(2):
+        learner.step(step_groups())
+    checkpoints = CheckpointStore(root, "test", keep=2)
+    if rank == 0:
+        Checkpointer(checkpoints, MemoryStore(), 1, sharded=True, ranks=ranks).save(
+            learner, TrainerState(2, 2), ended_below=0
+        )
+        ranks.send(Order("stop"))
+    else:
+        order = ranks.receive()
+        assert order.op == "checkpoint" and order.step == 2
+        save_shards(learner.policy.model, learner.optimizer, checkpoints.temp(order.step))
+        assert ranks.receive().op == "stop"
+    learner.step(step_groups())
+    out.put((rank, full_weights(learner.policy.model)))
+    ranks.close()
+
+
+def test_a_two_rank_sharded_checkpoint_resumes_in_one_process(tmp_path: Path) -> None:
+    """Resharded on load: one process (no group) reads the two ranks' shards of weights and
+    AdamW moments and takes the third step the two ranks took."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port_block(size=1)
+    procs = [ctx.Process(target=checkpoint_rank, args=(r, 2, port, str(tmp_path), out))
+             for r in range(2)]  # fmt: skip
+    for proc in procs:
+        proc.start()
+    results = dict(out.get(timeout=120) for _ in procs)
+    for proc in procs:
+        proc.join(30)
+        assert proc.exitcode == 0
+    checkpoints = CheckpointStore(tmp_path, "test", keep=2)
+    latest = checkpoints.latest()
+    assert latest is not None and (latest / "shards").is_dir()
+    assert not (latest / "optimizer.pt").exists(), "no rank gathered the optimizer state"
+    restored = checkpoints.load(latest)
+    assert restored.sharded and restored.state.step == 2
+    config = RunConfig(trainer=TRAINER.model_copy(update={"sharding": "fsdp"}))
+    alone = learner(config, restored.policy, restored, None)
+    assert alone.optimizer.state, "the AdamW moments were restored"
+    alone.step(step_groups())
+    weights = flatten(alone.policy.model, 3).buffer.numpy()
+    assert np.abs(weights - results[0]).max() <= TOLERANCE * np.abs(weights).max()
+    assert np.array_equal(results[0], results[1])

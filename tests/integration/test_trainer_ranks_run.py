@@ -65,12 +65,22 @@ def learning_run(
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
 def test_two_ranks_and_two_generators_learn_and_balance_the_ledger(
-    tmp_path: Path, tiny_warm_start: Path
+    tmp_path: Path, tiny_warm_start: Path, sharding: str
 ) -> None:
-    learning_run(tmp_path / "run", tiny_warm_start, {})
+    """Replicas or FSDP shards (whose generators put every version together from both ranks'
+    chunks, and whose ranks evaluate and checkpoint together)."""
+    learning_run(tmp_path / "run", tiny_warm_start, {"LLAMARL__TRAINER__SHARDING": sharding})
     stopped = rank_stopped(tmp_path / "run")
     assert stopped["rank"] == 1 and stopped["steps"] == STEPS, "rank 1 trained every step"
+    if sharding == "fsdp":
+        latest = sorted((tmp_path / "run" / "checkpoints").glob("step-*"))[-1]
+        assert sorted(p.name for p in (latest / "shards").iterdir()) == [
+            ".metadata",
+            "__0_0.distcp",
+            "__1_0.distcp",
+        ], "each rank wrote its own shards"
 
 
 @pytest.mark.slow
@@ -100,12 +110,13 @@ def rank_pid(launcher_pid: int, rank: int) -> int:
 @pytest.mark.slow
 def test_killed_ranks_restart_the_trainer_from_its_checkpoint(tmp_path: Path) -> None:
     """Rank 1 SIGKILLed, then (after the restart) rank 0: each kill takes torchrun's ranks down,
-    the launcher restarts the trainer, both ranks resume from the checkpoint and no version
-    number is used twice."""
+    the launcher restarts the trainer, both ranks resume from the checkpoint (FSDP shards, each
+    rank reading its own part) and no version number is used twice."""
     steps = 50
     config = write_config(
         tmp_path, "ranks-kill",
-        trainer={"ranks": 2, "num_steps": steps, "checkpoint_every": 10, "eval_every": 25},
+        trainer={"ranks": 2, "num_steps": steps, "checkpoint_every": 10, "eval_every": 25,
+                 "sharding": "fsdp"},
     )  # fmt: skip
     run_dir = tmp_path / "ranks-kill"
     proc = launch(config)
