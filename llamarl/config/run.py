@@ -62,6 +62,13 @@ class RunConfig(_Section):
                 "every rank needs one at least",
             )
         model = self.model
+        if model.lora is not None and self.trainer.sft_steps:
+            raise FieldConflict(
+                ("model.lora", "trainer.sft_steps"),
+                "generators put the adapters on the base they load, so the trainer's base must "
+                "be that one: warm-start first (`llamarl sft CONFIG --out DIR`), then set "
+                "model.path: DIR and trainer.sft_steps: 0",
+            )
         if model.path is None and self.generation.max_new_tokens >= model.max_position_embeddings:
             raise FieldConflict(
                 ("generation.max_new_tokens", "model.max_position_embeddings"),

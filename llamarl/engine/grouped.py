@@ -146,11 +146,13 @@ def grouped_logprobs(
     prompt = model(input_ids=batch.prompt_ids, cache=_record_once(DynamicCache()), use_cache=True,
                    logits_to_keep=1)  # fmt: skip
     logits = prompt.logits[:, -1:].repeat_interleave(batch.num_samples, dim=0)
-    if batch.completion_ids.shape[1] > 1:
-        cache = prompt.cache
-        cache.batch_repeat_interleave(batch.num_samples)
-        rest = model(input_ids=batch.completion_ids[:, :-1], cache=_read_only(cache),
-                     use_cache=True)  # fmt: skip
-        logits = torch.cat([logits, rest.logits], dim=1)
+    cache = prompt.cache
+    cache.batch_repeat_interleave(batch.num_samples)
+    # Always a second pass (over the first token alone when that is all there is, its logits
+    # unused): FSDP ranks must take the same passes whatever their completions' lengths.
+    width = batch.completion_ids.shape[1]
+    rest = model(input_ids=batch.completion_ids[:, : max(width - 1, 1)], cache=_read_only(cache),
+                 use_cache=True)  # fmt: skip
+    logits = torch.cat([logits, rest.logits[:, : width - 1]], dim=1)
     logits = ban_eos(logits.float() / temperature, policy.eos_id, min_new_tokens)
     return completion_logprobs(logits, batch.completion_ids, batch.completion_mask)

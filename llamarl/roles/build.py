@@ -17,6 +17,7 @@ import torch
 from llamarl.bus import BusClient
 from llamarl.config import RunConfig, writable_run_dir
 from llamarl.curve import load_curve
+from llamarl.engine.adapters import with_adapters
 from llamarl.engine.model import Policy, make_policy, place
 from llamarl.errors import ConfigError
 from llamarl.limits import RejectHook, Rejections
@@ -109,6 +110,7 @@ def generator(
             policy = make_policy(config.model, config.seed)
         gen = config.generation
         place(policy, gen.device, gen.dtype)
+        policy = with_adapters(policy, config.model.lora, config.seed)
     return Generator(
         runtime,
         policy,
@@ -200,6 +202,9 @@ def trainer(
             policy = restored.policy
         else:
             policy = starting_policy(config, prompt_set, phase.report)
+            if config.model.lora is not None and config.trainer.sharding == "ddp":
+                checkpoints.save_base(policy)
+    policy = with_adapters(policy, config.model.lora, config.seed)
     learner_ = learner(config, policy, restored, ranks)
     if publisher is None:
         publisher = shard_publisher(config, ranks, runtime.rejections.record)
@@ -239,6 +244,7 @@ def trainer_follower(config: RunConfig, ranks: TrainerRanks, store: RedisStore) 
     latest = checkpoints.latest()
     restored = checkpoints.load(latest) if latest is not None else None
     policy = restored.policy if restored is not None else make_policy(config.model, config.seed)
+    policy = with_adapters(policy, config.model.lora, config.seed)
     return TrainerFollower(ranks, learner(config, policy, restored, ranks),
                            shard_publisher(config, ranks, None), store,
                            config.sync.timeout_s, held_out_evaluation(config, policy),

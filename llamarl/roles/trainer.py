@@ -24,7 +24,6 @@ from typing import Any
 import structlog
 
 from llamarl.bus import Bus, WorkQueue
-from llamarl.engine.model import save_policy
 from llamarl.engine.rollouts import oldest_version, train_group
 from llamarl.errors import ProtocolError, SyncError
 from llamarl.observe.metric_sinks import make_metrics
@@ -38,7 +37,7 @@ from llamarl.roles.trainer_durability import SAMPLES_LOG, Checkpointer, resume, 
 from llamarl.topics import CONTROL, SCORED, VERSIONS
 from llamarl.training.checkpoint import Restored, TrainerState
 from llamarl.training.evaluate import Evaluation
-from llamarl.training.export import FINAL_MODEL, write_model
+from llamarl.training.export import FINAL_MODEL, checkpoint_model, save_final
 from llamarl.training.learner import Learner
 from llamarl.training.parallel import Order, TrainerRanks
 from llamarl.weightsync import Staged, WeightPublisher
@@ -334,10 +333,10 @@ class Trainer:
         run_dir = Path(runtime.config.run_dir)
         model_dir = run_dir / FINAL_MODEL
         if self.done:
+            final = self.policy
             if sharded:
-                write_model(self.checkpointer.checkpoints.target(self.step), model_dir)
-            else:
-                save_policy(self.policy, model_dir)
+                final = checkpoint_model(self.checkpointer.checkpoints.target(self.step))
+            save_final(final, run_dir)
             runtime.store.set_run_status("finished")
             stop = Control("stop", {"reason": "trainer finished"})
             runtime.bus.publish(CONTROL, stop, self.policy_version)

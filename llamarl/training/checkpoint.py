@@ -7,9 +7,11 @@ Layout of one checkpoint, RUN_DIR/checkpoints/step-00000020/:
   rng.pt           torch CPU RNG state (same loader)
   state.json       run_id, step, policy_version, python RNG state and the trainer's counters
   buffer.msgpack   scored groups held but not yet trained, each a wire-protocol envelope
-A sharded trainer (fsdp) writes `model/` without weights (config and tokenizer) and no
-optimizer.pt: every rank writes its part of both into shards/ (`llamarl.training.
-sharded_checkpoint`) before rank 0 writes the rest.
+A sharded trainer (fsdp) writes `model/` without weights (config and tokenizer, and the adapters'
+adapter_config.json with LoRA) and no optimizer.pt: every rank writes its part of both into
+shards/ (`llamarl.training.sharded_checkpoint`) before rank 0 writes the rest. With LoRA
+adapters (and replicas) `adapter/` (a peft adapter directory) takes the place of `model/`; their
+frozen base is written once, to checkpoints/base/.
 It is written into a `.tmp` directory, fsynced, then renamed: a directory without the suffix is
 always complete. Only the newest `keep` checkpoints stay on disk. Nothing here unpickles.
 `take_snapshot` copies the state between two optimizer steps (memory only), so the writing can
@@ -29,6 +31,14 @@ from typing import Any
 import msgpack
 import torch
 
+from llamarl.engine.adapters import (
+    ADAPTER_CONFIG,
+    adapter_state,
+    has_adapters,
+    load_adapters,
+    save_adapter_config,
+    save_adapters,
+)
 from llamarl.engine.model import (
     Policy,
     architecture_of,
@@ -95,9 +105,14 @@ def take_snapshot(
 ) -> Snapshot:
     """Copy the trainer's state (memory copies only; the slow part is `CheckpointStore.save`);
     without `optimizer`, neither weights nor optimizer state (the ranks wrote shards)."""
+    model_state = None
+    if optimizer is not None:
+        model = policy.model
+        model_state = adapter_state(model) if has_adapters(model) else clone_tensors(
+            model.state_dict())  # fmt: skip
     return Snapshot(
         policy=policy,
-        model_state=clone_tensors(policy.model.state_dict()) if optimizer is not None else None,
+        model_state=model_state,
         reference=reference,
         optimizer_state=clone_tensors(optimizer.state_dict()) if optimizer is not None else None,
         torch_rng=torch.get_rng_state(),
@@ -174,8 +189,13 @@ class CheckpointStore:
         target, temp = self.target(state.step), self.temp(state.step)
         if snapshot.model_state is not None:
             self.prepare(state.step)
+        adapters = has_adapters(snapshot.policy.model)
         if snapshot.model_state is None:
             save_architecture(snapshot.policy, temp / "model")
+            if adapters:
+                save_adapter_config(snapshot.policy, temp / "model")
+        elif adapters:
+            save_adapters(snapshot.policy, temp / "adapter", snapshot.model_state)
         else:
             save_policy(snapshot.policy, temp / "model", snapshot.model_state)
         if snapshot.reference is not None:
@@ -226,5 +246,31 @@ class CheckpointStore:
             counters=dict(meta["counters"]),
             buffer=buffer,
         )
-        policy = architecture_of(path / "model") if sharded else load_policy(path / "model")
-        return Restored(path, policy, reference, optimizer_state, state)
+        return Restored(path, self.policy_of(path), reference, optimizer_state, state)
+
+    def policy_of(self, path: Path) -> Policy:
+        """A checkpoint's model and tokenizer; a sharded one's with fresh weights (the shards
+        are loaded into it once it is sharded, or by `load_weights`)."""
+        if is_sharded(path):
+            policy = architecture_of(path / "model")
+            if (path / "model" / ADAPTER_CONFIG).exists():
+                policy = load_adapters(policy, path / "model")
+            return policy
+        if (path / "adapter").is_dir():
+            return load_adapters(load_policy(self.base), path / "adapter")
+        return load_policy(path / "model")
+
+    @property
+    def base(self) -> Path:
+        """The frozen base of a run with LoRA adapters (replicas)."""
+        return self.root / "base"
+
+    def save_base(self, policy: Policy) -> None:
+        """Write the base once (before adapters are put on it), complete or not at all."""
+        if self.base.is_dir():
+            return
+        temp = self.base.with_suffix(TMP)
+        shutil.rmtree(temp, ignore_errors=True)
+        save_policy(policy, temp)
+        _fsync_tree(temp)
+        os.replace(temp, self.base)

@@ -31,6 +31,7 @@ from torch.distributed.tensor import DTensor
 from llamarl.algorithms.advantages import group_advantages
 from llamarl.algorithms.losses import aggregate, token_terms
 from llamarl.config import AlgorithmConfig, TrainerConfig
+from llamarl.engine.adapters import has_adapters
 from llamarl.engine.grouped import MicroBatch, TrainGroup, grouped_logprobs, micro_batches, stack
 from llamarl.engine.model import Policy
 from llamarl.errors import NonFiniteError
@@ -94,8 +95,10 @@ class Learner:
     ) -> None:
         self.policy = policy
         self.ranks = ranks
-        if algorithm.kl_coef > 0 and reference is None:  # a whole copy, before any sharding
-            reference = copy.deepcopy(policy)
+        self._base_reference = algorithm.kl_coef > 0 and has_adapters(policy.model)
+        """With LoRA the reference is the base: the policy with its adapters switched off."""
+        if algorithm.kl_coef > 0 and reference is None and not self._base_reference:
+            reference = copy.deepcopy(policy)  # a whole copy, before any sharding
         self.reference = reference if algorithm.kl_coef > 0 else None
         if trainer.activation_checkpointing:
             checkpoint_activations(policy.model)
@@ -130,14 +133,22 @@ class Learner:
         mine = ranks.mine(len(groups)) if ranks is not None else list(range(len(groups)))
         scale = ranks.world if ranks is not None else 1
         cuts = micro_batches([groups[i] for i in mine], self.trainer.micro_batch_tokens)
-        for index, cut in enumerate(cuts):
-            members = [mine[i] for i in cut]
+        count = len(cuts)
+        if ranks is not None and self._parallel is not None and self._parallel.lockstep:
+            count = int(ranks.max([float(count)])[0])
+        for index in range(count):
+            members = [mine[i] for i in cuts[min(index, len(cuts) - 1)]]
             batch = stack([groups[i] for i in members]).to(device)
-            with self._gradient_sync(last=index == len(cuts) - 1):
+            with self._gradient_sync(last=index == count - 1):
                 loss, kl, logp, entropy, terms = self._loss(batch, advantages[members], num_tokens,
                                                             num_rows)  # fmt: skip
-                (loss * scale).backward()
-            stats.add(batch, float(loss.detach()), kl, logp, entropy, terms.ratio, terms.clipped)
+                # A rank out of micro-batches repeats its last with no weight: sharded ranks
+                # must take as many forward and backward passes as each other.
+                weight = scale if index < len(cuts) else 0
+                (loss * weight).backward()
+            if index < len(cuts):
+                stats.add(batch, float(loss.detach()), kl, logp, entropy, terms.ratio,
+                          terms.clipped)  # fmt: skip
         if ranks is not None:
             stats.reduce(ranks)
         return self._update(stats, rewards, num_tokens)
@@ -159,6 +170,9 @@ class Learner:
         if self.reference is not None:
             with torch.no_grad():
                 ref_logp, _ = self._logprobs(self.reference, batch)
+        elif self._base_reference:
+            with torch.no_grad(), self.policy.model.disable_adapter():  # type: ignore[operator]
+                ref_logp, _ = self._logprobs(self._forward, batch)
         terms = token_terms(
             algorithm.loss, logp, batch.behaviour_logprobs, advantages.flatten(),
             rho=algorithm.rho, clip_eps=algorithm.clip_eps, ref_logp=ref_logp,

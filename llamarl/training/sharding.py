@@ -80,6 +80,10 @@ def local(tensor: torch.Tensor) -> torch.Tensor:
 class DataParallel(ABC):
     """How a model is spread over the trainer's ranks."""
 
+    lockstep: bool
+    """Every forward and backward pass is collective (the ranks gather each block's shards), so
+    every rank takes as many as the others."""
+
     @abstractmethod
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """The module the loss is computed with (`model` itself when it is changed in place)."""
@@ -92,6 +96,8 @@ class DataParallel(ABC):
 class Replicas(DataParallel):
     """Every rank a whole replica under DistributedDataParallel (whose constructor gives every
     rank rank 0's weights)."""
+
+    lockstep = False
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -108,6 +114,8 @@ class Replicas(DataParallel):
 
 class Shards(DataParallel):
     """FSDP2 over the default process group; every rank keeps its chunk of rank 0's weights."""
+
+    lockstep = True
 
     def __init__(self, device: torch.device, config: TrainerConfig) -> None:
         self.options: dict[str, Any] = {}

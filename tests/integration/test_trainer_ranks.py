@@ -8,6 +8,7 @@ FSDP ranks resumes in one process."""
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 from pathlib import Path
@@ -64,6 +65,21 @@ def step_groups() -> list[TrainGroup]:
             behaviour_logprobs=-torch.rand(n, width, generator=generator) * mask,
             rewards=torch.rand(n, generator=generator),
         ))  # fmt: skip
+    return groups
+
+
+def uneven_groups() -> list[TrainGroup]:
+    """Step groups that FSDP ranks cut into different numbers of micro-batches (rank 0 gets the
+    long ones), one of them with one-token completions."""
+    groups = step_groups()
+    for index in (1, 3):
+        groups[index] = dataclasses.replace(
+            groups[index],
+            prompt_ids=groups[index].prompt_ids[:2],
+            completion_ids=groups[index].completion_ids[:, :1],
+            completion_mask=torch.ones_like(groups[index].completion_mask[:, :1]),
+            behaviour_logprobs=groups[index].behaviour_logprobs[:, :1],
+        )
     return groups
 
 
@@ -139,7 +155,7 @@ def train_sharded_rank(rank: int, world: int, port: int, trainer: TrainerConfig,
     learner = Learner(build_policy(MODEL, seed=1), AlgorithmConfig(), trainer, 1.0, ranks=ranks)
     kinds = {type(p).__name__ for p in learner.policy.model.parameters()}
     for _ in range(3):
-        learner.step(step_groups())
+        learner.step(uneven_groups())
     weights = full_weights(learner.policy.model)
     out.put((rank, kinds, weights))
     ranks.close()
@@ -150,9 +166,13 @@ def test_fsdp_ranks_take_the_one_process_steps(checkpointing: bool) -> None:
     trainer = TRAINER.model_copy(
         update={"sharding": "fsdp", "activation_checkpointing": checkpointing}
     )
+    groups = uneven_groups()
+    cuts = [micro_batches(groups[r::2], TRAINER.micro_batch_tokens) for r in range(2)]
+    assert len(cuts[0]) > len(cuts[1]), "rank 1 must run out of micro-batches first"
+    assert min(g.width for g in groups) == 1, "a micro-batch of one-token completions"
     alone = Learner(build_policy(MODEL, seed=1), AlgorithmConfig(), TRAINER, 1.0)
     for _ in range(3):
-        alone.step(step_groups())
+        alone.step(uneven_groups())
     expected = flatten(alone.policy.model, 1).buffer.numpy()
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
