@@ -67,7 +67,13 @@ def rows_of(model: type[BaseModel], prefix: str, names: set[str]) -> list[str]:
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             out += rows(annotation, f"{prefix}{name}.")
             continue
-        if variants := _variants(annotation):
+        variants = _variants(annotation)
+        if len(variants) == 1 and field.default is None:  # an optional section (model.lora)
+            meaning = _one_line(field.description or "")
+            out.append(f"| `{prefix}{name}` | `section or None` | `None` | {meaning} |")
+            out += rows(variants[0], f"{prefix}{name}.")
+            continue
+        if variants:
             out += union_rows(variants, f"{prefix}{name}.", field.default.transport)
             continue
         bounds = " ".join(_bound(m) for m in field.metadata)
@@ -75,7 +81,8 @@ def rows_of(model: type[BaseModel], prefix: str, names: set[str]) -> list[str]:
         kind = kind.replace(" | ", " or ")
         meaning = _one_line(field.description or "")
         kind_bounds = f"{kind} {bounds}".strip()
-        out.append(f"| `{prefix}{name}` | `{kind_bounds}` | `{field.default!r}` | {meaning} |")
+        default = field.default_factory() if field.default_factory else field.default  # type: ignore[call-arg]
+        out.append(f"| `{prefix}{name}` | `{kind_bounds}` | `{default!r}` | {meaning} |")
     return out
 
 

@@ -289,9 +289,9 @@ class TrainerConfig(_Section):
     """Prompt + completion tokens per forward/backward pass; a step's groups are split into
     micro-batches of about this size (gradients accumulate), bounding activation memory."""
     ranks: int = Field(1, ge=1, le=1024)
-    """Data-parallel trainer processes (`torchrun --nproc-per-node ranks`, DistributedDataParallel:
-    gloo on CPU, NCCL on CUDA). Each rank trains on its share of a step's groups, and each sends
-    its own shard of every version to the generators. Async runs only."""
+    """Data-parallel trainer processes (`torchrun --nproc-per-node ranks`: gloo on CPU, NCCL on
+    CUDA), replicas or shards (`sharding`). Each rank trains on its share of a step's groups, and
+    each sends its own shard of every version to the generators. Async runs only."""
     ranks_timeout_s: float = Field(3600.0, gt=0, le=7 * 86400)
     """How long a trainer rank waits for the next step from rank 0 (which waits for rollouts,
     evaluates and checkpoints meanwhile) before it gives up."""
