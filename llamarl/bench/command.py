@@ -67,6 +67,13 @@ def _register_others(bench_sub: Subparsers) -> None:
     check.add_argument("--work-dir", default="runs/sim-check")
     check.add_argument("--out", help="also write the JSON here")
     check.set_defaults(func=sim_check)
+    adapters = bench_sub.add_parser("adapters", help="LoRA's cost to decoding: peft layers/merged")
+    adapters.add_argument("--config", default="configs/smollm2_lora.yaml")
+    adapters.add_argument("--pairs", type=int, default=3, help="interleaved plain/adapters pairs")
+    adapters.add_argument("--threads", type=int, default=1, help="a generator's threads")
+    adapters.add_argument("--prompts", type=int, default=2, help="prompts a batch")
+    adapters.add_argument("--out", help="also write the JSON here")
+    adapters.set_defaults(func=adapters_bench)
 
 
 def _emit(result: dict[str, Any], args: argparse.Namespace) -> int:
@@ -114,6 +121,12 @@ def profile(args: argparse.Namespace) -> int:
 
     result = run_profile(Path(args.config), Path(args.work_dir), Path(args.out))
     return _emit(result, argparse.Namespace(out=None))  # --out is the profile itself
+
+
+def adapters_bench(args: argparse.Namespace) -> int:
+    from llamarl.bench.adapters import bench
+
+    return _emit(bench(Path(args.config), args.pairs, args.threads, args.prompts), args)
 
 
 def sim_check(args: argparse.Namespace) -> int:

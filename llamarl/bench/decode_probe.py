@@ -20,6 +20,7 @@ def _time_batches(tree: dict[str, Any], threads: int, prompts: int, out: Any) ->
     import torch
 
     from llamarl.config import parse_config
+    from llamarl.engine.adapters import with_adapters
     from llamarl.engine.model import make_policy
     from llamarl.engine.sampling import sample
     from llamarl.launch.cores import encoded_prompts
@@ -28,7 +29,7 @@ def _time_batches(tree: dict[str, Any], threads: int, prompts: int, out: Any) ->
     torch.set_num_threads(threads)
     config = parse_config(tree)
     gen = config.generation
-    policy = make_policy(config.model, config.seed)
+    policy = with_adapters(make_policy(config.model, config.seed), config.model.lora, config.seed)
     encoded = encoded_prompts(config, policy, prompts)
     rng = torch.Generator().manual_seed(config.seed)
 

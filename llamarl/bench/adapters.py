@@ -1,0 +1,44 @@
+"""`llamarl bench adapters`: what LoRA adapters cost a generator's decoding, measured.
+
+A generator with LoRA can compute with peft's layers as they are (the base output plus the
+low-rank update, two small extra matmuls a layer) or merge each version's update into the base
+weights (decoding then costs what the plain model costs, but every version needs a merge, and a
+copy of each adapted weight to merge the next one into). This times one generation batch of the
+config both ways, interleaved (plain, adapters, plain, ...), each in a process of its own at the
+given threads (`llamarl.bench.decode_probe`), and reports the medians, their spread and the
+adapters' cost as a ratio.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llamarl.bench.decode_probe import batch_seconds
+from llamarl.bench.stats import spread
+from llamarl.config import LoraConfig
+
+
+def bench(config: Path, pairs: int, threads: int, prompts: int) -> dict[str, Any]:
+    tree = yaml.safe_load(config.read_text())
+    model = dict(tree.get("model", {}))
+    lora = model.pop("lora", None) or LoraConfig().model_dump()
+    plain_tree = tree | {"model": model}
+    lora_tree = tree | {"model": model | {"lora": lora}}
+    plain, adapted = [], []
+    for _ in range(pairs):
+        plain.append(batch_seconds(plain_tree, threads, prompts))
+        adapted.append(batch_seconds(lora_tree, threads, prompts))
+    return {
+        "bench": "adapters",
+        "config": str(config),
+        "lora": lora,
+        "threads": threads,
+        "prompts": prompts,
+        "plain_or_merged_s": spread(plain),
+        "peft_layers_s": spread(adapted),
+        "peft_over_merged": spread([a / p for a, p in zip(adapted, plain, strict=True)]),
+        "pairs": pairs,
+    }
