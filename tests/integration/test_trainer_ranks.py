@@ -100,6 +100,22 @@ def train_rank(rank: int, world: int, port: int, out: Any) -> None:
     ranks.close()
 
 
+def run_two_ranks(target: Any, *args: Any) -> list[Any]:
+    """Spawn `target(rank, 2, port, *args, out)` as two ranks of a gloo group; what each put on
+    `out` (a tuple starting with its rank), in rank order."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port_block(size=1)
+    procs = [ctx.Process(target=target, args=(r, 2, port, *args, out)) for r in range(2)]
+    for proc in procs:
+        proc.start()
+    results = sorted((out.get(timeout=120) for _ in procs), key=lambda item: item[0])
+    for proc in procs:
+        proc.join(30)
+        assert proc.exitcode == 0
+    return results
+
+
 def test_a_two_rank_trainer_computes_the_one_process_gradients() -> None:
     groups = step_groups()
     mine = [list(range(r, len(groups), 2)) for r in range(2)]
@@ -110,16 +126,7 @@ def test_a_two_rank_trainer_computes_the_one_process_gradients() -> None:
     expected_grads = flat_grads(alone)
     expected_weights = flatten(alone.policy.model, 1).buffer.numpy()
 
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    port = free_port_block(size=1)
-    procs = [ctx.Process(target=train_rank, args=(r, 2, port, out)) for r in range(2)]
-    for proc in procs:
-        proc.start()
-    results = sorted((out.get(timeout=120) for _ in procs), key=lambda item: item[0])
-    for proc in procs:
-        proc.join(30)
-        assert proc.exitcode == 0
+    results = run_two_ranks(train_rank)
 
     scale = float(np.abs(expected_grads).max())
     for rank, stats, grads, weights in results:
@@ -174,18 +181,7 @@ def test_fsdp_ranks_take_the_one_process_steps(checkpointing: bool) -> None:
     for _ in range(3):
         alone.step(uneven_groups())
     expected = flatten(alone.policy.model, 1).buffer.numpy()
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    port = free_port_block(size=1)
-    procs = [
-        ctx.Process(target=train_sharded_rank, args=(r, 2, port, trainer, out)) for r in range(2)
-    ]
-    for proc in procs:
-        proc.start()
-    results = sorted((out.get(timeout=120) for _ in procs), key=lambda item: item[0])
-    for proc in procs:
-        proc.join(30)
-        assert proc.exitcode == 0
+    results = run_two_ranks(train_sharded_rank, trainer)
     for rank, kinds, weights in results:
         assert kinds == {"DTensor"}, f"rank {rank} holds whole parameters"
         difference = np.abs(weights - expected).max()
@@ -293,17 +289,7 @@ def checkpoint_rank(rank: int, world: int, port: int, root: str, out: Any) -> No
 def test_a_two_rank_sharded_checkpoint_resumes_in_one_process(tmp_path: Path) -> None:
     """Resharded on load: one process (no group) reads the two ranks' shards of weights and
     AdamW moments and takes the third step the two ranks took."""
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    port = free_port_block(size=1)
-    procs = [ctx.Process(target=checkpoint_rank, args=(r, 2, port, str(tmp_path), out))
-             for r in range(2)]  # fmt: skip
-    for proc in procs:
-        proc.start()
-    results = dict(out.get(timeout=120) for _ in procs)
-    for proc in procs:
-        proc.join(30)
-        assert proc.exitcode == 0
+    results = dict(run_two_ranks(checkpoint_rank, str(tmp_path)))
     checkpoints = CheckpointStore(tmp_path, "test", keep=2)
     latest = checkpoints.latest()
     assert latest is not None and (latest / "shards").is_dir()
