@@ -6,7 +6,8 @@ weights (decoding then costs what the plain model costs, but every version needs
 copy of each adapted weight to merge the next one into). This times one generation batch of the
 config both ways, interleaved (plain, adapters, plain, ...), each in a process of its own at the
 given threads (`llamarl.bench.decode_probe`), and reports the medians, their spread and the
-adapters' cost as a ratio.
+adapters' cost as a ratio; and the bytes a version moves with the adapters against the whole
+model's.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ import yaml
 
 from llamarl.bench.decode_probe import batch_seconds
 from llamarl.bench.stats import spread
-from llamarl.config import LoraConfig
+from llamarl.config import LoraConfig, parse_config
+from llamarl.engine.adapters import with_adapters
+from llamarl.engine.model import make_policy
+from llamarl.weightsync.flat import num_values
 
 
 def bench(config: Path, pairs: int, threads: int, prompts: int) -> dict[str, Any]:
@@ -27,6 +31,10 @@ def bench(config: Path, pairs: int, threads: int, prompts: int) -> dict[str, Any
     lora = model.pop("lora", None) or LoraConfig().model_dump()
     plain_tree = tree | {"model": model}
     lora_tree = tree | {"model": model | {"lora": lora}}
+    full = parse_config(plain_tree)
+    policy = make_policy(full.model, full.seed)
+    whole_bytes = num_values(policy.model) * 4
+    version_bytes = num_values(with_adapters(policy, LoraConfig(**lora)).model) * 4
     plain, adapted = [], []
     for _ in range(pairs):
         plain.append(batch_seconds(plain_tree, threads, prompts))
@@ -41,4 +49,7 @@ def bench(config: Path, pairs: int, threads: int, prompts: int) -> dict[str, Any
         "peft_layers_s": spread(adapted),
         "peft_over_merged": spread([a / p for a, p in zip(adapted, plain, strict=True)]),
         "pairs": pairs,
+        "version_bytes": version_bytes,
+        "full_model_bytes": whole_bytes,
+        "version_fraction": round(version_bytes / whole_bytes, 5),
     }
