@@ -35,6 +35,7 @@ from llamarl.roles.build import learner
 from llamarl.roles.trainer_durability import Checkpointer
 from llamarl.store import MemoryStore
 from llamarl.training.checkpoint import CheckpointStore, TrainerState
+from llamarl.training.export import checkpoint_model
 from llamarl.training.learner import Learner
 from llamarl.training.parallel import Order, TrainerRanks
 from llamarl.training.sharded_checkpoint import save_shards
@@ -288,7 +289,8 @@ def checkpoint_rank(rank: int, world: int, port: int, root: str, out: Any) -> No
 
 def test_a_two_rank_sharded_checkpoint_resumes_in_one_process(tmp_path: Path) -> None:
     """Resharded on load: one process (no group) reads the two ranks' shards of weights and
-    AdamW moments and takes the third step the two ranks took."""
+    AdamW moments and takes the third step the two ranks took; the export puts the same
+    weights together."""
     results = dict(run_two_ranks(checkpoint_rank, str(tmp_path)))
     checkpoints = CheckpointStore(tmp_path, "test", keep=2)
     latest = checkpoints.latest()
@@ -299,6 +301,8 @@ def test_a_two_rank_sharded_checkpoint_resumes_in_one_process(tmp_path: Path) ->
     config = RunConfig(trainer=TRAINER.model_copy(update={"sharding": "fsdp"}))
     alone = learner(config, restored.policy, restored, None)
     assert alone.optimizer.state, "the AdamW moments were restored"
+    exported = checkpoint_model(latest).model  # what `llamarl export` writes: whole tensors
+    assert flatten(exported, 2).checksum == flatten(alone.policy.model, 2).checksum
     alone.step(step_groups())
     weights = flatten(alone.policy.model, 3).buffer.numpy()
     assert np.abs(weights - results[0]).max() <= TOLERANCE * np.abs(weights).max()
