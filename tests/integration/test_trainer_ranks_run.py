@@ -1,7 +1,8 @@
 """End to end with a trainer of two ranks (torchrun, gloo) and two generators: the tiny demo learns
-and its ledger balances under the local launcher, and balances on a short run under Ray; a trainer
-rank SIGKILLed mid-run (rank 1, then rank 0) takes the others down with it, and the restarted
-ranks resume from the checkpoint."""
+and its ledger balances under the local launcher (replicas and FSDP shards), and balances on a
+short run under Ray; a trainer rank SIGKILLed mid-run (rank 1, then rank 0) takes the others down
+with it, and the restarted ranks resume from their sharded checkpoint; a stopped two-rank run
+resumes on one rank."""
 
 from __future__ import annotations
 
@@ -139,3 +140,37 @@ def test_killed_ranks_restart_the_trainer_from_its_checkpoint(tmp_path: Path) ->
         resumed = [r for r in records if r["step"] > seen + 5]
         assert min(r["policy_version"] for r in resumed) > versions_before, "version reused"
     assert 0 < rank_stopped(run_dir)["steps"] < steps, "a new rank 1 followed from the resume"
+
+
+@pytest.mark.slow
+def test_a_two_rank_fsdp_run_stopped_resumes_on_one_rank(tmp_path: Path) -> None:
+    """Ctrl-C an fsdp run of two ranks, then `llamarl run --resume` with one: the one rank reads
+    both ranks' shards (resharded on load) and the run completes, ledger balanced, every step
+    once, versions only rising."""
+    steps = 30
+    trainer = {"num_steps": steps, "checkpoint_every": 5, "eval_every": 30, "sharding": "fsdp"}
+    config = write_config(tmp_path, "reshard", trainer=trainer | {"ranks": 2})
+    run_dir = tmp_path / "reshard"
+    proc = launch(config)
+    try:
+        wait_for_steps(run_dir, 12, proc, timeout_s=300)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
+    finally:
+        supervise.stop(proc)
+    assert proc.returncode == 130
+    latest = sorted((run_dir / "checkpoints").glob("step-*"))[-1]
+    assert len(list((latest / "shards").glob("*.distcp"))) == 2, "two ranks wrote shards"
+    config = write_config(tmp_path, "reshard", trainer=trainer | {"ranks": 1})
+    proc = launch(config, "--resume")
+    try:
+        out, err = proc.communicate(timeout=600)
+    finally:
+        supervise.stop(proc)
+    assert proc.returncode == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    check_finished_run(summary, run_dir, steps * 4, k=1)
+    records = metrics_records(run_dir)
+    assert [r["step"] for r in records] == list(range(1, steps + 1))
+    versions = [r["policy_version"] for r in records]
+    assert versions == sorted(set(versions)), "versions must strictly increase"
