@@ -9,8 +9,10 @@ Checkpoints and resume: `llamarl.roles.trainer_durability`. A new version is sta
 the weights) in the loop and checksummed, exposed, recorded and announced on a thread of its own.
 
 With several ranks (`llamarl.training.parallel`) this is rank 0: it orders the other ranks to train each
-step's groups and to publish each version (`llamarl.roles.trainer_follower`), publishes its own
-shard, and announces a version once every rank has recorded its shard in the store.
+step's groups and to publish each version (`llamarl.roles.trainer_follower`), and sharded ranks
+(fsdp) also to evaluate and to write their shards of each checkpoint; it publishes its own
+shard, and announces a version once every rank has recorded its shard in the store. A sharded
+run's final model is put together from its last checkpoint.
 """
 
 from __future__ import annotations
