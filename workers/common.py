@@ -20,6 +20,7 @@ from llamarl.observe.metrics_export import serve_metrics
 from llamarl.roles.base import RoleResult
 from llamarl.roles.build import connect
 from llamarl.roles.runtime import RoleRuntime
+from llamarl.training.memory_check import trainer_memory
 
 log = structlog.get_logger(__name__)
 
@@ -35,18 +36,17 @@ def parse_worker_args(role: str, argv: list[str] | None) -> argparse.Namespace:
 
 
 def load_worker_config(role: str, args: argparse.Namespace) -> RunConfig:
-    """The config the worker's arguments name, with their overrides; sets torch's threads to
-    the role's (a trainer's shared by its ranks). ConfigError when it is not valid."""
+    """The config the worker's arguments name, with their overrides; sets torch's threads to the
+    role's (a trainer's shared by its ranks). ConfigError when invalid, or a trainer won't fit."""
     apply_overrides(args.overrides)
     config = load_config(args.config) if args.config else parse_config({})
     torch.set_num_threads(role_threads(config, role))
-    return config
+    return trainer_memory(config) if role == "trainer" else config
 
 
 def run_worker(role: str, argv: list[str] | None, body: Callable[[RoleRuntime], RoleResult]) -> int:
-    """Connect the role's runtime, run `body`, always close. Exit codes: 0 done, 2 bad config,
-    3 Redis unreachable past `redis.connect_deadline_s`, the broker silent past
-    `broker.dead_after_s` or a push blocked past its timeout (one clear line, no retry loop)."""
+    """Connect the role's runtime, run `body`, always close. Exit codes: 0 done, 2 bad config, 3
+    Redis or the broker gone past its deadline, or a push blocked past its timeout (one line)."""
     args = parse_worker_args(role, argv)
     worker_id = args.worker_id or f"{role}-{socket.gethostname()[:32]}-{os.getpid()}"
     configure_logging(role, worker_id, args.log_format)

@@ -67,6 +67,13 @@ def _register_others(bench_sub: Subparsers) -> None:
     check.add_argument("--work-dir", default="runs/sim-check")
     check.add_argument("--out", help="also write the JSON here")
     check.set_defaults(func=sim_check)
+    peaks = bench_sub.add_parser("memory", help="trainer ranks' peak memory against the estimate")
+    peaks.add_argument("--sizes", default="0.1b,0.5b,0.7b,1b", help="0.1b, 0.5b, 0.7b, 1b")
+    peaks.add_argument("--configs", default="ddp,fsdp,fsdp-ac,lora",
+                       help="ddp, fsdp, fsdp-ac (2 ranks each), lora (1 rank)")  # fmt: skip
+    peaks.add_argument("--steps", type=int, default=2, help="steps per row (the first untimed)")
+    peaks.add_argument("--out", help="also write the JSON here")
+    peaks.set_defaults(func=memory_bench)
     adapters = bench_sub.add_parser("adapters", help="LoRA's cost to decoding: peft layers/merged")
     adapters.add_argument("--config", default="configs/smollm2_lora.yaml")
     adapters.add_argument("--pairs", type=int, default=3, help="interleaved plain/adapters pairs")
@@ -136,3 +143,9 @@ def sim_check(args: argparse.Namespace) -> int:
     result = bench(Path(args.config), Path(args.profile), generators, args.rounds, args.steps,
                    Path(args.work_dir))  # fmt: skip
     return _emit(result, args)
+
+
+def memory_bench(args: argparse.Namespace) -> int:
+    from llamarl.bench.memory import bench
+
+    return _emit(bench(args.sizes.split(","), args.configs.split(","), args.steps), args)

@@ -44,6 +44,7 @@ from llamarl.rewards.reward_model import check_reward_model_path
 from llamarl.roles.trainer_durability import SAMPLES_LOG
 from llamarl.store import RedisStore, Store, without_password
 from llamarl.training.export import FINAL_MODEL
+from llamarl.training.memory_check import check_memory
 from llamarl.weightsync import check_crosses_processes
 
 log = structlog.get_logger(__name__)
@@ -197,7 +198,8 @@ def preflight(config: RunConfig, mode: str, launcher: str = "local") -> None:
     """What a launch can tell is wrong before it starts anything (ConfigError naming the field):
     a model or reward-model path that is not a model directory; CURVE keys that are not there;
     a metrics sink whose package is missing; an async run on the in-process transport; a device
-    this machine lacks (`launcher` local; Ray places the roles on its own nodes)."""
+    this machine lacks, or a trainer (with the generators' weights, async) its memory cannot
+    hold (`launcher` local; Ray places the roles on its own nodes)."""
     check_devices(config, mode, launcher)
     check_model_path(config.model)
     load_curve(config.broker.curve_keys)
@@ -208,6 +210,8 @@ def preflight(config: RunConfig, mode: str, launcher: str = "local") -> None:
     check_sinks(config.logging)
     if mode == "async":
         check_crosses_processes(config.sync)
+    if launcher == "local":
+        check_memory(config, generators=mode == "async")
 
 
 def check_redis(config: RunConfig, url: str, timeout_s: float = 3.0) -> None:
