@@ -95,7 +95,7 @@ def test_a_finished_run_exports_its_final_model_else_its_newest_checkpoint(
     for step in ("step-00000001", "step-00000002", "step-00000003.tmp"):
         shutil.copytree(run_dir / "model", run_dir / "checkpoints" / step / "model")
     shutil.rmtree(run_dir / "model")
-    assert export(run_dir, tmp_path / "out2") == run_dir / "checkpoints" / "step-00000002" / "model"
+    assert export(run_dir, tmp_path / "out2") == run_dir / "checkpoints" / "step-00000002"
     with pytest.raises(ConfigError, match="no final model"):
         export(tmp_path / "out", tmp_path / "out3")
 
