@@ -26,7 +26,7 @@ from llamarl.engine.sampling import sample
 from llamarl.errors import SyncError
 from llamarl.net import free_port_block
 from llamarl.weightsync import make_publisher, make_receiver, messages
-from llamarl.weightsync.flat import FlatWeights, checksum, flatten
+from llamarl.weightsync.flat import FlatWeights, Received, checksum, flatten
 from llamarl.weightsync.gloo import GLOO
 from llamarl.weightsync.messages import TransferRefusal, TransferRequest
 from llamarl.weightsync.p2p import P2PReceiver, P2PWeightServer
@@ -35,10 +35,10 @@ from llamarl.weightsync.shm import ShmPublisher, ShmReceiver, fetch_shm
 MODEL = ModelConfig(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128)
 
 
-def fetched_bytes(fetched: torch.Tensor | list[torch.Tensor]) -> bytes:
-    """The bytes a receiver fetched: one flat buffer (p2p) or the pieces of one (shm)."""
-    pieces = fetched if isinstance(fetched, list) else [fetched]
-    return b"".join(piece.numpy().tobytes() for piece in pieces)
+def fetched_bytes(fetched: Received | tuple[torch.Tensor, Received]) -> bytes:
+    """The bytes a receiver fetched: its pieces (shm), or those of its flat buffer (p2p)."""
+    received = fetched[1] if isinstance(fetched, tuple) else fetched
+    return b"".join(piece.numpy().tobytes() for piece in received.pieces)
 
 
 def receive_into_model(config: SyncConfig, meta: dict[str, str], worker_id: str, out) -> None:
@@ -184,7 +184,7 @@ def test_a_generator_bound_to_shared_memory_shares_the_trainers_pages(tmp_path: 
         receiver.swap_in(generator.model, buffer)
         assert version == 1 and flatten(generator.model, 1).checksum == digest
         first = next(generator.model.parameters())
-        assert first.data_ptr() == buffer[0].data_ptr(), "bound to the mapped pages, not copied"
+        assert first.data_ptr() == buffer.pieces[0].data_ptr(), "bound to the mapped pages"
         with torch.no_grad():
             for param in trainer.model.parameters():
                 param.add_(1.0)
