@@ -114,6 +114,18 @@ def trained_entries(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / "trained.jsonl").open()]
 
 
+def check_resumed_run(out: str, run_dir: Path, steps: int) -> dict[str, Any]:
+    """The summary a resumed run of `steps` steps (4 groups each) printed, checked: a finished
+    run, every step recorded once, versions strictly rising."""
+    summary: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    check_finished_run(summary, run_dir, steps * 4, k=1)
+    records = metrics_records(run_dir)
+    assert [r["step"] for r in records] == list(range(1, steps + 1))
+    versions = [r["policy_version"] for r in records]
+    assert versions == sorted(set(versions)), "versions must strictly increase"
+    return summary
+
+
 def check_finished_run(summary: dict[str, Any], run_dir: Path, num_groups: int, k: int) -> None:
     """The guarantees of a finished run: each ticket and rollout trained once, staleness <= k,
     and a balanced ledger with nothing left open."""
