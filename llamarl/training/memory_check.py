@@ -125,54 +125,67 @@ def shortfall(config: RunConfig, shapes: Shapes, generators: bool) -> str | None
             f"{limit / GiB:.1f} GiB")  # fmt: skip
 
 
-Change = tuple[str, str, dict[str, object]]
-"""A setting offered: its label, its config section, the fields it sets."""
+Change = tuple[str, dict[str, dict[str, object]]]
+"""A setting offered: its label and the fields it sets, by config section."""
 
 
 def _changes(config: RunConfig) -> tuple[list[Change], list[Change]]:
     """Settings that lower the estimate, in the order they are offered; and the smaller
-    micro-batches (halving, down to one group of one-token prompts), largest first."""
+    micro-batches (halving, down to one group), largest first."""
     trainer, gen = config.trainer, config.generation
     changes: list[Change] = []
     if trainer.sharding == "ddp" and trainer.ranks > 1:
-        changes.append(("trainer.sharding: fsdp", "trainer", {"sharding": "fsdp"}))
+        changes.append(("trainer.sharding: fsdp", {"trainer": {"sharding": "fsdp"}}))
     if not trainer.activation_checkpointing:
-        changes.append(("trainer.activation_checkpointing: true", "trainer",
-                        {"activation_checkpointing": True}))  # fmt: skip
+        changes.append(("trainer.activation_checkpointing: true",
+                        {"trainer": {"activation_checkpointing": True}}))  # fmt: skip
     if trainer.sft_steps:
-        changes.append(("trainer.sft_steps: 0", "trainer", {"sft_steps": 0}))
+        changes.append(("trainer.sft_steps: 0", {"trainer": {"sft_steps": 0}}))
     if config.model.lora is None:
-        changes.append(("model.lora: {r: 16}", "model", {"lora": LoraConfig()}))
+        lora: dict[str, dict[str, object]] = {"model": {"lora": LoraConfig()}}
+        if trainer.sft_steps:  # adapters go on the base the generators load: no warm start
+            changes.append(("trainer.sft_steps: 0 and model.lora: {r: 16}",
+                            lora | {"trainer": {"sft_steps": 0}}))  # fmt: skip
+        else:
+            changes.append(("model.lora: {r: 16}", lora))
     smaller: list[Change] = []
     tokens = trainer.micro_batch_tokens // 2
     while tokens >= gen.num_samples * 2 * gen.max_new_tokens:
-        smaller.append((f"trainer.micro_batch_tokens: {tokens}", "trainer",
-                        {"micro_batch_tokens": tokens}))  # fmt: skip
+        smaller.append((f"trainer.micro_batch_tokens: {tokens}",
+                        {"trainer": {"micro_batch_tokens": tokens}}))  # fmt: skip
         tokens //= 2
     return changes, smaller
 
 
-def _changed(config: RunConfig, change: Change) -> RunConfig:
-    _, section, fields = change
-    part = getattr(config, section).model_copy(update=fields)
-    return config.model_copy(update={section: part})
+def _changed(config: RunConfig, changes: list[Change]) -> RunConfig:
+    """The config with `changes` made, in order (a later one wins a field)."""
+    updates: dict[str, dict[str, object]] = {}
+    for _, sections in changes:
+        for section, fields in sections.items():
+            updates.setdefault(section, {}).update(fields)
+    return config.model_copy(update={section: getattr(config, section).model_copy(update=fields)
+                                     for section, fields in updates.items()})  # fmt: skip
 
 
 def fix(config: RunConfig, shapes: Shapes, generators: bool) -> str:
-    """The first setting that makes the estimate fit, else the first several together."""
+    """The first setting that makes the estimate fit; else the first several that do together,
+    less any of them the rest fit without."""
+
+    def fits(chosen: list[Change]) -> bool:
+        return shortfall(_changed(config, chosen), shapes, generators) is None
+
     changes, smaller = _changes(config)
     for change in changes + smaller:
-        if shortfall(_changed(config, change), shapes, generators) is None:
+        if fits([change]):
             return f"set {change[0]}"
-    labels: list[str] = []
-    for change in changes:
-        config = _changed(config, change)
-        labels.append(change[0])
-        if shortfall(config, shapes, generators) is None:
-            return "set " + ", ".join(labels)
-    for change in smaller:
-        if shortfall(_changed(config, change), shapes, generators) is None:
-            return "set " + ", ".join([*labels, change[0]])
+    chosen: list[Change] = []
+    for change in changes + smaller:
+        chosen.append(change)
+        if fits(chosen):
+            for extra in list(chosen):
+                if fits([c for c in chosen if c is not extra]):
+                    chosen.remove(extra)
+            return "set " + ", ".join(label for label, _ in chosen)
     return "no trainer setting makes it fit: use a smaller model or a host with more memory"
 
 
