@@ -1,7 +1,9 @@
-"""Group baselines over the n samples of one prompt: GRPO (mean/std) and RLOO (leave-one-out).
+"""Group baselines over the n samples of one prompt: GRPO (mean, and by default std) and RLOO
+(leave-one-out).
 
 Rewards come as (G, n): G prompt groups of n samples. A group whose rewards are all equal carries
-no signal and gets zero advantage (not a division by ~0).
+no signal and gets zero advantage (not a division by ~0). Dr. GRPO drops GRPO's division by the
+std (`scale_by_std=False`), which favours groups whose rewards barely differ.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import torch
 EPS = 1e-6
 
 
-def grpo_advantages(rewards: torch.Tensor) -> torch.Tensor:
-    """(r - group mean) / group std (population std); zero where the group's std is zero."""
+def grpo_advantages(rewards: torch.Tensor, scale_by_std: bool = True) -> torch.Tensor:
+    """r - group mean, divided by the group's (population) std unless `scale_by_std` is false;
+    zero where the group's std is zero."""
     mean = rewards.mean(dim=1, keepdim=True)
     std = rewards.std(dim=1, keepdim=True, unbiased=False)
     centered = rewards - mean
-    return torch.where(std > EPS, centered / (std + EPS), torch.zeros_like(centered))
+    scaled = centered / (std + EPS) if scale_by_std else centered
+    return torch.where(std > EPS, scaled, torch.zeros_like(centered))
 
 
 def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
@@ -28,9 +32,9 @@ def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
     return rewards - others
 
 
-def group_advantages(rewards: torch.Tensor, kind: str) -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, kind: str, scale_by_std: bool = True) -> torch.Tensor:
     if kind == "grpo":
-        return grpo_advantages(rewards)
+        return grpo_advantages(rewards, scale_by_std)
     if kind == "rloo":
         return rloo_advantages(rewards)
     raise ValueError(f"unknown advantage kind {kind!r}")

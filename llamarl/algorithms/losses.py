@@ -1,34 +1,47 @@
 """Per-token policy losses with masks, and their aggregation.
 
 Inputs are (B, L): `logp` = log pi (with grad), `behaviour_logp` = log mu recorded by the
-generator, `mask` = 1 on real completion tokens; `advantages` is (B,).
+generator, `mask` = 1 on real completion tokens; `advantages` is (B,). The ratio r = pi/mu is
+each token's, or with `ratio_level: sequence` its sequence's geometric mean
+(`llamarl.algorithms.ratios`).
 
-- AIPO: -min(pi/mu, rho).detach() * A * log pi. The weight is a constant, so gradients flow only
-  through log pi; with pi == mu it is exactly REINFORCE.
-- PPO-clip: -min(r A, clip(r, 1-eps, 1+eps) A), r = pi/mu.
+- AIPO (truncated importance sampling): -min(r, rho).detach() * A * log pi. The weight is a
+  constant, so gradients flow only through log pi; with pi == mu it is exactly REINFORCE.
+- PPO-clip: -min(r A, clip(r, low, high) A), the range [1 - clip_eps, 1 + clip_eps] unless
+  `clip_low` / `clip_high` decouple it (DAPO); with sequence ratios it is GSPO.
 - REINFORCE: -A * log pi.
-Optional k3 KL to a reference policy: exp(ref - logp) - (ref - logp) - 1, weighted by kl_coef.
+Then, per token: minus `entropy_coef` times the entropy (a bonus); plus `kl_coef` times the
+KL estimate to the reference (`llamarl.algorithms.kl`) when the KL is in the loss; and masked
+importance sampling zeroes the loss of tokens (or sequences) whose ratio leaves the band.
 
 A batch may be computed in micro-batches: `token_terms` gives one micro-batch's per-token
 losses, and `aggregate` with the whole batch's token and row counts gives its share of the
-batch loss, so the shares add up to exactly the loss of the whole batch at once.
+batch loss, so the shares add up to exactly the loss of the whole batch at once. A dropped
+token still counts in those totals: they are fixed before any log-prob is computed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+from llamarl.algorithms.kl import kl_estimate
+from llamarl.algorithms.ratios import outside_band, sequence_ratio, token_ratio
+from llamarl.config import AlgorithmConfig
 
 
 @dataclass(frozen=True)
 class TokenTerms:
-    """Per-token policy loss (KL included), the KL alone, importance ratios and clip flags."""
+    """Per-token policy loss (KL and entropy bonus included), the KL in it, the token ratios,
+    where the loss's ratio was clipped or truncated, and where masked IS dropped the token."""
 
     per_token: torch.Tensor
     kl: torch.Tensor | None
     ratio: torch.Tensor
     clipped: torch.Tensor
+    dropped: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,7 @@ class LossOutput:
     ratio_mean: float
     ratio_max: float
     clipped_fraction: float
+    dropped_fraction: float
     kl_ref: float
 
 
@@ -46,53 +60,83 @@ def aggregate(
     how: str,
     num_tokens: float | None = None,
     num_rows: int | None = None,
+    constant: float | None = None,
 ) -> torch.Tensor:
-    """Mean over real tokens (`token_mean`) or over sequences of their token means
-    (`sequence_mean`). Pass the whole batch's `num_tokens` / `num_rows` when `per_token` is one
-    micro-batch of it; by default they are this tensor's own."""
+    """Mean over real tokens (`token_mean`), over sequences of their token means
+    (`sequence_mean`), or over sequences of their token sums divided by `constant`
+    (`constant_sum`, Dr. GRPO). Pass the whole batch's `num_tokens` / `num_rows` when
+    `per_token` is one micro-batch of it; by default they are this tensor's own."""
     mask = mask.to(per_token.dtype)
+    rows = per_token.shape[0] if num_rows is None else num_rows
     if how == "token_mean":
         total = mask.sum().clamp(min=1) if num_tokens is None else max(num_tokens, 1.0)
         return (per_token * mask).sum() / total
     if how == "sequence_mean":
         per_sequence = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-        rows = per_sequence.shape[0] if num_rows is None else num_rows
         return per_sequence.sum() / max(rows, 1)
+    if how == "constant_sum":
+        if constant is None:
+            raise ValueError("aggregation constant_sum needs its constant")
+        return (per_token * mask).sum() / (max(rows, 1) * constant)
     raise ValueError(f"unknown aggregation {how!r}")
 
 
+def clip_range(algorithm: AlgorithmConfig) -> tuple[float, float]:
+    """PPO-clip's [low, high] for the ratio."""
+    low = 1 - algorithm.clip_eps if algorithm.clip_low is None else algorithm.clip_low
+    high = 1 + algorithm.clip_eps if algorithm.clip_high is None else algorithm.clip_high
+    return low, high
+
+
+def _policy_terms(
+    algorithm: AlgorithmConfig, logp: torch.Tensor, ratio: torch.Tensor, adv: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The policy-gradient loss per token and where its ratio was clipped; `ratio` is (B, L)
+    or, per sequence, (B, 1)."""
+    if algorithm.loss == "aipo":
+        weight = ratio.detach().clamp(max=algorithm.rho)
+        per_token = -weight * adv * logp
+        clipped = ratio.detach() > algorithm.rho
+    elif algorithm.loss == "ppo_clip":
+        clipped_ratio = ratio.clamp(*clip_range(algorithm))
+        per_token = -torch.minimum(ratio * adv, clipped_ratio * adv)
+        clipped = (ratio.detach() - clipped_ratio.detach()).abs() > 0
+    elif algorithm.loss == "reinforce":
+        per_token = -adv * logp
+        clipped = torch.zeros_like(ratio, dtype=torch.bool)
+    else:
+        raise ValueError(f"unknown loss {algorithm.loss!r}")
+    return per_token.expand_as(logp), clipped.expand_as(logp)
+
+
 def token_terms(
-    kind: str,
+    algorithm: AlgorithmConfig,
     logp: torch.Tensor,
     behaviour_logp: torch.Tensor,
     advantages: torch.Tensor,
-    *,
-    rho: float = 4.0,
-    clip_eps: float = 0.2,
+    mask: torch.Tensor,
+    entropy: torch.Tensor,
     ref_logp: torch.Tensor | None = None,
-    kl_coef: float = 0.0,
 ) -> TokenTerms:
+    """One micro-batch's per-token terms; `ref_logp` for a KL in the loss."""
     adv = advantages[:, None].to(logp.dtype)
-    ratio = torch.exp(logp - behaviour_logp)
-    if kind == "aipo":
-        weight = ratio.detach().clamp(max=rho)
-        per_token = -weight * adv * logp
-        clipped = ratio.detach() > rho
-    elif kind == "ppo_clip":
-        clipped_ratio = ratio.clamp(1 - clip_eps, 1 + clip_eps)
-        per_token = -torch.minimum(ratio * adv, clipped_ratio * adv)
-        clipped = (ratio.detach() - clipped_ratio.detach()).abs() > 0
-    elif kind == "reinforce":
-        per_token = -adv * logp
-        clipped = torch.zeros_like(logp, dtype=torch.bool)
-    else:
-        raise ValueError(f"unknown loss {kind!r}")
+    ratio = token_ratio(logp, behaviour_logp)
+
+    def at_level(level: str) -> torch.Tensor:
+        return ratio if level == "token" else sequence_ratio(logp, behaviour_logp, mask)
+
+    per_token, clipped = _policy_terms(algorithm, logp, at_level(algorithm.ratio_level), adv)
+    if algorithm.entropy_coef > 0:
+        per_token = per_token - algorithm.entropy_coef * entropy
     kl = None
-    if ref_logp is not None and kl_coef > 0:
-        delta = ref_logp - logp
-        kl = torch.exp(delta) - delta - 1
-        per_token = per_token + kl_coef * kl
-    return TokenTerms(per_token, kl, ratio.detach(), clipped)
+    if ref_logp is not None and algorithm.kl_coef > 0 and algorithm.kl_in == "loss":
+        kl = kl_estimate(logp, ref_logp, algorithm.kl_estimator)
+        per_token = per_token + algorithm.kl_coef * kl
+    band = (algorithm.mis_low, algorithm.mis_high)
+    dropped = outside_band(at_level(algorithm.mis_level), *band, like=logp)
+    if band != (None, None):
+        per_token = torch.where(dropped, torch.zeros_like(per_token), per_token)
+    return TokenTerms(per_token, kl, ratio.detach(), clipped, dropped)
 
 
 def policy_loss(
@@ -102,24 +146,24 @@ def policy_loss(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
-    rho: float = 4.0,
-    clip_eps: float = 0.2,
-    aggregation: str = "token_mean",
     ref_logp: torch.Tensor | None = None,
-    kl_coef: float = 0.0,
+    entropy: torch.Tensor | None = None,
+    **options: Any,
 ) -> LossOutput:
-    """The loss of one whole batch, with its ratio statistics."""
-    terms = token_terms(
-        kind, logp, behaviour_logp, advantages,
-        rho=rho, clip_eps=clip_eps, ref_logp=ref_logp, kl_coef=kl_coef,
-    )  # fmt: skip
+    """The loss of one whole batch, with its ratio statistics; `options` are `AlgorithmConfig`
+    fields, and `entropy` (zeros when not given) feeds the entropy bonus."""
+    algorithm = AlgorithmConfig(loss=kind, **options)
+    entropy = torch.zeros_like(logp) if entropy is None else entropy
+    terms = token_terms(algorithm, logp, behaviour_logp, advantages, mask, entropy, ref_logp)
     real = mask.bool()
     ratios = terms.ratio[real]
-    kl = 0.0 if terms.kl is None else float(aggregate(terms.kl.detach(), mask, aggregation))
+    share = (mask, algorithm.aggregation, None, None, algorithm.loss_constant)
+    kl = 0.0 if terms.kl is None else float(aggregate(terms.kl.detach(), *share))
     return LossOutput(
-        loss=aggregate(terms.per_token, mask, aggregation),
+        loss=aggregate(terms.per_token, *share),
         ratio_mean=float(ratios.mean()) if ratios.numel() else 1.0,
         ratio_max=float(ratios.max()) if ratios.numel() else 1.0,
         clipped_fraction=float(terms.clipped[real].float().mean()) if ratios.numel() else 0.0,
+        dropped_fraction=float(terms.dropped[real].float().mean()) if ratios.numel() else 0.0,
         kl_ref=kl,
     )

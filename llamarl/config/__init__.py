@@ -8,6 +8,7 @@ commands take the same overrides as `section.field=value` after the config (`app
 """
 
 from llamarl.config.base import FieldConflict
+from llamarl.config.learning import AlgorithmConfig, TrainerConfig
 from llamarl.config.run import (
     RunConfig,
     apply_overrides,
@@ -19,7 +20,6 @@ from llamarl.config.run import (
     writable_run_dir,
 )
 from llamarl.config.sections import (
-    AlgorithmConfig,
     BrokerConfig,
     GenerationConfig,
     LoggingConfig,
@@ -28,7 +28,6 @@ from llamarl.config.sections import (
     RedisConfig,
     StalenessConfig,
     TaskConfig,
-    TrainerConfig,
     WorkersConfig,
     template_fields,
 )

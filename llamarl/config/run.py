@@ -12,8 +12,8 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from llamarl.config.base import FieldConflict, _Section
+from llamarl.config.learning import AlgorithmConfig, TrainerConfig
 from llamarl.config.sections import (
-    AlgorithmConfig,
     BrokerConfig,
     GenerationConfig,
     LoggingConfig,
@@ -21,7 +21,6 @@ from llamarl.config.sections import (
     RedisConfig,
     StalenessConfig,
     TaskConfig,
-    TrainerConfig,
     WorkersConfig,
 )
 from llamarl.config.sync import AutoSync, SyncConfig

@@ -1,5 +1,6 @@
-"""The run config's sections other than `sync`: Redis, broker, model, task, generation,
-algorithm, trainer, staleness, workers, logging. Each forbids unknown keys and bounds its numbers."""
+"""The run config's sections other than `sync`, `algorithm` and `trainer`: Redis, broker,
+model, task, generation, staleness, workers, logging. Each forbids unknown keys and bounds its
+numbers."""
 
 from __future__ import annotations
 
@@ -244,78 +245,6 @@ class GenerationConfig(_Section):
             raise FieldConflict(
                 ("min_new_tokens", "max_new_tokens"),
                 f"{self.min_new_tokens} > {self.max_new_tokens}: EOS would be banned past the end",
-            )
-        return self
-
-
-class AlgorithmConfig(_Section):
-    loss: Literal["aipo", "ppo_clip", "reinforce"] = "aipo"
-    """Policy loss."""
-    advantage: Literal["grpo", "rloo"] = "grpo"
-    """Group baseline."""
-    rho: float = Field(4.0, ge=1, le=100)
-    """AIPO truncation: per-token weight min(pi/mu, rho)."""
-    clip_eps: float = Field(0.2, gt=0, le=1)
-    """PPO-clip epsilon."""
-    kl_coef: float = Field(0.0, ge=0, le=10)
-    """Weight of the k3 KL penalty to the reference (initial) policy."""
-    aggregation: Literal["token_mean", "sequence_mean"] = "token_mean"
-    """How per-token losses are averaged."""
-
-
-class TrainerConfig(_Section):
-    lr: float = Field(5e-5, gt=0, le=1)
-    """RL learning rate (RL wants a much smaller step than SFT)."""
-    prompts_per_step: int = Field(16, ge=1, le=100_000)
-    """Prompt groups per optimizer step."""
-    num_steps: int = Field(100, ge=1, le=10_000_000)
-    """RL optimizer steps in a run."""
-    eval_every: int = Field(10, ge=1, le=1_000_000)
-    """Evaluate held-out accuracy every this many steps."""
-    sft_steps: int = Field(300, ge=0, le=10_000_000)
-    """Supervised warm-start steps before RL (0 to skip)."""
-    sft_lr: float = Field(1e-3, gt=0, le=1)
-    """Supervised warm-start learning rate."""
-    sft_batch_size: int = Field(64, ge=1, le=100_000)
-    """Supervised warm-start batch size."""
-    checkpoint_every: int = Field(20, ge=0, le=1_000_000)
-    """Checkpoint every this many steps (also after the warm start and on a stop); 0 turns
-    checkpoints off, and a restarted trainer then starts over from the warm start."""
-    keep_checkpoints: int = Field(2, ge=1, le=1000)
-    """Checkpoints kept on disk."""
-    max_grad_norm: float = Field(1.0, gt=0, le=1e6)
-    """Gradient clipping norm."""
-    micro_batch_tokens: int = Field(4096, ge=1, le=10_000_000)
-    """Prompt + completion tokens per forward/backward pass; a step's groups are split into
-    micro-batches of about this size (gradients accumulate), bounding activation memory."""
-    ranks: int = Field(1, ge=1, le=1024)
-    """Data-parallel trainer processes (`torchrun --nproc-per-node ranks`: gloo on CPU, NCCL on
-    CUDA), replicas or shards (`sharding`). Each rank trains on its share of a step's groups, and
-    each sends its own shard of every version to the generators. Async runs only."""
-    ranks_timeout_s: float = Field(3600.0, gt=0, le=7 * 86400)
-    """How long a trainer rank waits for the next step from rank 0 (which waits for rollouts,
-    evaluates and checkpoints meanwhile) before it gives up."""
-    device: Literal["cpu", "cuda"] = "cpu"
-    """Where the trainer computes; cuda: rank r uses cuda:LOCAL_RANK."""
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    """The trainer's parameter dtype (versions are sent as float32 either way)."""
-    sharding: Literal["ddp", "fsdp"] = "ddp"
-    """ddp: every rank holds the whole model, its gradients and optimizer state. fsdp: FSDP2
-    (`fully_shard` per decoder layer, then the root) keeps 1/ranks of each on every rank, sends
-    the generators each rank's own shards and checkpoints with torch.distributed.checkpoint."""
-    activation_checkpointing: bool = False
-    """Recompute each decoder layer's activations in the backward pass instead of keeping them
-    (less memory, about a third more compute)."""
-    offload: bool = False
-    """fsdp on CUDA: keep parameters, gradients and optimizer state in CPU memory between uses."""
-
-    @model_validator(mode="after")
-    def _sharding_fits(self) -> TrainerConfig:
-        if self.offload and (self.sharding != "fsdp" or self.device != "cuda"):
-            raise FieldConflict(
-                ("offload", "sharding", "device"),
-                "offload moves fsdp's state between a GPU and the CPU: it needs sharding fsdp "
-                "on device cuda",
             )
         return self
 

@@ -120,7 +120,8 @@ def work_probes(config: RunConfig) -> tuple[Callable[[], Any], Callable[[], Any]
         )
         for g, prompt in enumerate(prompts)
     ]
-    learner = Learner(policy, config.algorithm, config.trainer, gen.temperature)
+    algorithm = config.algorithm.with_loss_constant(gen.max_new_tokens)
+    learner = Learner(policy, algorithm, config.trainer, gen.temperature)
     return generate, lambda: learner.step(groups)
 
 

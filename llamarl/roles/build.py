@@ -151,7 +151,8 @@ def learner(
     ranks: TrainerRanks | None,
 ) -> Learner:
     """The learner on `policy` placed where the trainer computes, with the restored reference
-    model and optimizer state (under DistributedDataParallel with ranks)."""
+    model and optimizer state (under DistributedDataParallel with ranks) and its learning-rate
+    schedule at the restored step."""
     trainer_config = config.trainer
     device = ranks.device if ranks is not None else torch.device(trainer_config.device)
     place(policy, device, trainer_config.dtype)
@@ -159,8 +160,9 @@ def learner(
     if reference is not None:
         place(reference, device, trainer_config.dtype)
     gen = config.generation
+    algorithm = config.algorithm.with_loss_constant(gen.max_new_tokens)
     built = Learner(
-        policy, config.algorithm, trainer_config, gen.temperature, reference,
+        policy, algorithm, trainer_config, gen.temperature, reference,
         min_new_tokens=gen.min_new_tokens, ranks=ranks,
     )  # fmt: skip
     if restored is not None and restored.sharded:
@@ -172,6 +174,8 @@ def learner(
                 "ddp): resume it with trainer.sharding: ddp, or start a new run_dir"
             )
         built.optimizer.load_state_dict(restored.optimizer_state)
+    if restored is not None:
+        built.resume_schedule(restored.state.step)
     return built
 
 

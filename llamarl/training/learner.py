@@ -1,5 +1,5 @@
 """One RL optimizer step on a list of scored prompt groups: advantages, recomputed log-probs,
-loss, update.
+loss, update at the step's learning rate (`llamarl.training.lr_schedule`).
 
 Shared by the sync mode and the async trainer, so both learn with identical code. The forward
 pass computes each group's prompt once (`llamarl.engine.grouped`) in micro-batches of at most
@@ -14,6 +14,10 @@ by the number of ranks because DistributedDataParallel and FSDP average what the
 backward pass, so they equal the one-process gradients up to the order of floating-point sums.
 The step's statistics are summed over ranks. Only trainable parameters get optimizer state (the
 adapters, with LoRA).
+
+With the KL to the reference in the reward (`algorithm.kl_in: reward`), a first pass computes
+the reference's log-probs of the step's micro-batches (without gradients) and subtracts each
+sequence's KL from its reward before the advantages; its `kl_ref` is then the KL per token.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import contextlib
 import copy
 import dataclasses
 import math
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -29,14 +34,23 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from llamarl.algorithms.advantages import group_advantages
-from llamarl.algorithms.losses import aggregate, token_terms
+from llamarl.algorithms.kl import sequence_kl
+from llamarl.algorithms.losses import TokenTerms, aggregate, token_terms
 from llamarl.config import AlgorithmConfig, TrainerConfig
 from llamarl.engine.adapters import has_adapters
 from llamarl.engine.grouped import MicroBatch, TrainGroup, grouped_logprobs, micro_batches, stack
 from llamarl.engine.model import Policy
 from llamarl.errors import NonFiniteError
+from llamarl.training.lr_schedule import lr_scheduler
 from llamarl.training.parallel import TrainerRanks
 from llamarl.training.sharding import checkpoint_activations, data_parallel, local
+
+SCHEDULER_ORDER_WARNINGS = (
+    r"Detected call of `lr_scheduler\.step\(\)`"
+    r"|Seems like `optimizer\.step\(\)` has been overridden"
+)
+"""torch's warnings about the order of optimizer and scheduler steps, which a schedule
+positioned by step number does not depend on."""
 
 
 def make_optimizer(parameters: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.AdamW:
@@ -58,28 +72,31 @@ class _StepStats:
         self.ratio_sum = 0.0
         self.ratio_max: float | None = None
         self.clipped = 0.0
+        self.dropped = 0.0
 
     def reduce(self, ranks: TrainerRanks) -> None:
         """Every rank's sums, added up (and the largest ratio of all)."""
-        sums = [self.loss, self.kl, self.entropy, self.mismatch, self.ratio_sum, self.clipped]
-        (self.loss, self.kl, self.entropy, self.mismatch, self.ratio_sum,
-         self.clipped) = ranks.sum(sums)  # fmt: skip
+        sums = [self.loss, self.kl, self.entropy, self.mismatch, self.ratio_sum, self.clipped,
+                self.dropped]  # fmt: skip
+        (self.loss, self.kl, self.entropy, self.mismatch, self.ratio_sum, self.clipped,
+         self.dropped) = ranks.sum(sums)  # fmt: skip
         top = ranks.max([-math.inf if self.ratio_max is None else self.ratio_max])[0]
         self.ratio_max = None if top == -math.inf else top
 
     def add(self, batch: MicroBatch, loss: float, kl: float, logp: torch.Tensor,
-            entropy: torch.Tensor, ratio: torch.Tensor, clipped: torch.Tensor) -> None:  # fmt: skip
+            entropy: torch.Tensor, terms: TokenTerms) -> None:  # fmt: skip
         real = batch.completion_mask.bool()
         self.loss += loss
         self.kl += kl
         self.entropy += float(entropy.detach()[real].sum())
         self.mismatch += float((batch.behaviour_logprobs - logp.detach())[real].sum())
-        ratios = ratio[real]
+        ratios = terms.ratio[real]
         if ratios.numel():
             self.ratio_sum += float(ratios.sum())
             top = float(ratios.max())
             self.ratio_max = top if self.ratio_max is None else max(self.ratio_max, top)
-        self.clipped += float(clipped[real].sum())
+        self.clipped += float(terms.clipped[real].sum())
+        self.dropped += float(terms.dropped[real].sum())
 
 
 class Learner:
@@ -113,6 +130,12 @@ class Learner:
         self.temperature = temperature
         self.min_new_tokens = min_new_tokens
         self.optimizer = make_optimizer(self.trainable(), trainer.lr)
+        self.scheduler = lr_scheduler(self.optimizer, trainer, steps_done=0)
+
+    def resume_schedule(self, steps_done: int) -> None:
+        """Set the learning rate of the step after `steps_done` (after the optimizer state of a
+        checkpoint is loaded, whose lr this replaces)."""
+        self.scheduler = lr_scheduler(self.optimizer, self.trainer, steps_done)
 
     def trainable(self) -> list[torch.nn.Parameter]:
         return [p for p in self.policy.model.parameters() if p.requires_grad]
@@ -124,11 +147,9 @@ class Learner:
         algorithm = self.algorithm
         rewards = torch.stack([g.rewards for g in groups])
         device = self.policy.model.device  # where every micro-batch is computed
-        advantages = group_advantages(rewards, algorithm.advantage).to(device)
         num_tokens = float(sum(float(g.completion_mask.sum()) for g in groups))
         num_rows = sum(int(g.completion_ids.shape[0]) for g in groups)
         stats = _StepStats()
-        self.optimizer.zero_grad(set_to_none=True)
         ranks = self.ranks
         mine = ranks.mine(len(groups)) if ranks is not None else list(range(len(groups)))
         scale = ranks.world if ranks is not None else 1
@@ -136,22 +157,53 @@ class Learner:
         count = len(cuts)
         if ranks is not None and self._parallel is not None and self._parallel.lockstep:
             count = int(ranks.max([float(count)])[0])
-        for index in range(count):
-            members = [mine[i] for i in cuts[min(index, len(cuts) - 1)]]
+        # A rank out of micro-batches repeats its last with no weight: sharded ranks must take
+        # as many forward and backward passes as each other.
+        passes = [[mine[i] for i in cuts[min(index, len(cuts) - 1)]] for index in range(count)]
+        shaped = rewards
+        if algorithm.kl_coef > 0 and algorithm.kl_in == "reward":
+            kl = self._reward_kl(groups, passes, len(cuts), rewards.shape, stats, num_tokens)
+            shaped = rewards - algorithm.kl_coef * kl
+        advantages = group_advantages(shaped, algorithm.advantage, algorithm.grpo_scale_by_std)
+        advantages = advantages.to(device)
+        self.optimizer.zero_grad(set_to_none=True)
+        for index, members in enumerate(passes):
             batch = stack([groups[i] for i in members]).to(device)
             with self._gradient_sync(last=index == count - 1):
-                loss, kl, logp, entropy, terms = self._loss(batch, advantages[members], num_tokens,
-                                                            num_rows)  # fmt: skip
-                # A rank out of micro-batches repeats its last with no weight: sharded ranks
-                # must take as many forward and backward passes as each other.
+                loss, kl_share, logp, entropy, terms = self._loss(
+                    batch, advantages[members], num_tokens, num_rows
+                )
                 weight = scale if index < len(cuts) else 0
                 (loss * weight).backward()
             if index < len(cuts):
-                stats.add(batch, float(loss.detach()), kl, logp, entropy, terms.ratio,
-                          terms.clipped)  # fmt: skip
+                stats.add(batch, float(loss.detach()), kl_share, logp, entropy, terms)
         if ranks is not None:
             stats.reduce(ranks)
         return self._update(stats, rewards, num_tokens)
+
+    def _reward_kl(
+        self,
+        groups: Sequence[TrainGroup],
+        passes: list[list[int]],
+        num_real: int,
+        shape: torch.Size,
+        stats: _StepStats,
+        num_tokens: float,
+    ) -> torch.Tensor:
+        """(G, n): each of this rank's sequences' summed KL to the reference (zero for other
+        ranks' groups, whose advantages this rank does not use); adds the KL per token to
+        `stats`. Every pass is taken, as in the step: the base of sharded LoRA is sharded too."""
+        kl = torch.zeros(shape)
+        for index, members in enumerate(passes):
+            batch = stack([groups[i] for i in members]).to(self.policy.model.device)
+            ref_logp = self._reference_logprobs(batch)
+            if index < num_real:
+                mask = batch.completion_mask
+                estimator = self.algorithm.kl_estimator
+                per_sequence = sequence_kl(batch.behaviour_logprobs, ref_logp, mask, estimator)
+                kl[members] = per_sequence.view(len(members), -1).float().cpu()
+                stats.kl += float(per_sequence.sum()) / max(num_tokens, 1.0)
+        return kl
 
     def _gradient_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
         """With ranks, gradients are reduced in the last micro-batch's backward only."""
@@ -159,26 +211,28 @@ class Learner:
             return contextlib.nullcontext()
         return self._parallel.gradient_sync(self._forward.model, last)
 
+    def _reference_logprobs(self, batch: MicroBatch) -> torch.Tensor:
+        """log ref of the batch's tokens, without gradients: the reference model's, or with
+        LoRA the base's (the policy with its adapters switched off)."""
+        with torch.no_grad():
+            if self.reference is not None:
+                return self._logprobs(self.reference, batch)[0]
+            with self.policy.model.disable_adapter():  # type: ignore[operator]
+                return self._logprobs(self._forward, batch)[0]
+
     def _loss(
         self, batch: MicroBatch, advantages: torch.Tensor, num_tokens: float, num_rows: int
-    ) -> tuple[torch.Tensor, float, torch.Tensor, torch.Tensor, Any]:
+    ) -> tuple[torch.Tensor, float, torch.Tensor, torch.Tensor, TokenTerms]:
         """A micro-batch's share of the step's loss, its KL share and its per-token terms
         (`batch` and `advantages` on the model's device)."""
         algorithm = self.algorithm
         logp, entropy = self._logprobs(self._forward, batch)
-        ref_logp = None
-        if self.reference is not None:
-            with torch.no_grad():
-                ref_logp, _ = self._logprobs(self.reference, batch)
-        elif self._base_reference:
-            with torch.no_grad(), self.policy.model.disable_adapter():  # type: ignore[operator]
-                ref_logp, _ = self._logprobs(self._forward, batch)
-        terms = token_terms(
-            algorithm.loss, logp, batch.behaviour_logprobs, advantages.flatten(),
-            rho=algorithm.rho, clip_eps=algorithm.clip_eps, ref_logp=ref_logp,
-            kl_coef=algorithm.kl_coef,
-        )  # fmt: skip
-        share = (batch.completion_mask, algorithm.aggregation, num_tokens, num_rows)
+        kl_in_loss = algorithm.kl_coef > 0 and algorithm.kl_in == "loss"
+        ref_logp = self._reference_logprobs(batch) if kl_in_loss else None
+        terms = token_terms(algorithm, logp, batch.behaviour_logprobs, advantages.flatten(),
+                            batch.completion_mask, entropy, ref_logp)  # fmt: skip
+        share = (batch.completion_mask, algorithm.aggregation, num_tokens, num_rows,
+                 algorithm.loss_constant)  # fmt: skip
         loss = aggregate(terms.per_token, *share)
         kl = 0.0 if terms.kl is None else float(aggregate(terms.kl.detach(), *share))
         return loss, kl, logp, entropy, terms
@@ -201,6 +255,8 @@ class Learner:
                     "an optimizer step made the weights non-finite (they are neither published "
                     "nor checkpointed); lower trainer.lr or trainer.max_grad_norm"
                 )
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        self._advance_schedule()
         tokens = max(num_tokens, 1.0)
         return {
             "loss": stats.loss,
@@ -209,9 +265,17 @@ class Learner:
             "ratio_mean": stats.ratio_sum / tokens if num_tokens else 1.0,
             "ratio_max": 1.0 if stats.ratio_max is None else stats.ratio_max,
             "clipped_fraction": stats.clipped / tokens,
+            "mis_dropped_fraction": stats.dropped / tokens,
             "mismatch_kl": stats.mismatch / tokens,
             "kl_ref": stats.kl,
             "grad_norm": float(grad_norm),
             "num_tokens": num_tokens,
             "skipped_update": 0.0 if finite else 1.0,
+            "lr": lr,
         }
+
+    def _advance_schedule(self) -> None:
+        """The next step's lr: it follows the RL step, also past a skipped update."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", SCHEDULER_ORDER_WARNINGS, UserWarning)
+            self.scheduler.step()

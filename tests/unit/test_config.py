@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from llamarl.config import apply_overrides, load_config, parse_config
+from llamarl.config import AlgorithmConfig, apply_overrides, load_config, parse_config
 from llamarl.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,6 +116,10 @@ def test_config_check_prints_resolved_config() -> None:
         ("trainer:\n  lrr: 0.1\n", "trainer.lrr"),
         ("staleness:\n  max_staleness: -1\n", "staleness.max_staleness"),
         ("task:\n  kind: jsonl\n", "task.kind, task.path"),
+        ("algorithm:\n  loss: ppo_clip\n  clip_low: 1.3\n  clip_high: 1.2\n", "algorithm.clip_low"),
+        ("algorithm:\n  mis_low: 1.5\n", "algorithm.mis_low"),
+        ("algorithm:\n  mis_low: 1.0\n  mis_high: 1.0\n", "algorithm.mis_low, algorithm.mis_high"),
+        ("trainer:\n  lr_warmup_steps: 100\n", "trainer.lr_warmup_steps, trainer.num_steps"),
     ],
 )
 def test_config_check_bad_file_exits_2_with_one_line(
@@ -241,3 +245,83 @@ def test_completions_longer_than_the_built_model_is_refused() -> None:
     )
     assert parse_config({"generation": {"max_new_tokens": 63}}, environ={}).generation
     assert parse_config({"generation": {"max_new_tokens": 64}, "model": {"path": "m"}}, environ={})
+
+
+def test_a_clip_range_must_hold_1() -> None:
+    # clip_low and clip_high bound the ratio, so low > high cannot pass their bounds.
+    _refused({"algorithm": {"loss": "ppo_clip", "clip_low": 1.3, "clip_high": 1.2}},
+             "algorithm.clip_low: Input should be less than 1")  # fmt: skip
+    _refused({"algorithm": {"loss": "ppo_clip", "clip_high": 0.9}},
+             "algorithm.clip_high: Input should be greater than 1")  # fmt: skip
+    algorithm = parse_config({"algorithm": {"loss": "ppo_clip", "clip_low": 0.8,
+                                            "clip_high": 1.28}}, environ={}).algorithm  # fmt: skip
+    assert (algorithm.clip_low, algorithm.clip_high) == (0.8, 1.28)
+
+
+def test_a_clip_range_for_another_loss_is_refused() -> None:
+    _refused(
+        {"algorithm": {"clip_high": 1.28}},
+        "algorithm.clip_low, algorithm.clip_high, algorithm.loss: the clip range is ppo_clip's, "
+        "not aipo's",
+    )
+
+
+def test_a_masking_band_outside_its_bounds_or_empty_is_refused() -> None:
+    _refused({"algorithm": {"mis_low": 0}}, "algorithm.mis_low: Input should be greater than 0")
+    _refused({"algorithm": {"mis_low": 1.5}},
+             "algorithm.mis_low: Input should be less than or equal to 1")  # fmt: skip
+    _refused({"algorithm": {"mis_high": 0.5}},
+             "algorithm.mis_high: Input should be greater than or equal to 1")  # fmt: skip
+    _refused(
+        {"algorithm": {"mis_low": 1.0, "mis_high": 1.0}},
+        "algorithm.mis_low, algorithm.mis_high: 1.0 >= 1.0 keeps no ratio",
+    )
+    _refused(
+        {"algorithm": {"mis_level": "sequence"}},
+        "algorithm.mis_level, algorithm.mis_low, algorithm.mis_high: mis_level needs a band: set "
+        "mis_low or mis_high",
+    )
+    assert parse_config({"algorithm": {"mis_low": 1.0, "mis_high": 1.01}}, environ={}).algorithm
+
+
+def test_options_that_would_be_ignored_are_refused() -> None:
+    _refused(
+        {"algorithm": {"loss": "reinforce", "ratio_level": "sequence"}},
+        "algorithm.ratio_level, algorithm.loss: reinforce uses no ratio",
+    )
+    _refused(
+        {"algorithm": {"advantage": "rloo", "grpo_scale_by_std": False}},
+        "algorithm.grpo_scale_by_std, algorithm.advantage: rloo has no std to divide by",
+    )
+    _refused(
+        {"algorithm": {"kl_in": "reward"}},
+        "algorithm.kl_estimator, algorithm.kl_in, algorithm.kl_coef: the KL penalty is off; set "
+        "kl_coef > 0",
+    )
+    _refused(
+        {"algorithm": {"loss_constant": 100}},
+        "algorithm.loss_constant, algorithm.aggregation: loss_constant divides aggregation "
+        "constant_sum",
+    )
+    _refused(
+        {"trainer": {"lr_min_ratio": 0.1}},
+        "trainer.lr_min_ratio, trainer.lr_schedule: lr_min_ratio is the floor of a decay",
+    )
+    assert parse_config({"algorithm": {"kl_in": "reward", "kl_coef": 0.1, "kl_estimator": "k1"},
+                         "trainer": {"lr_schedule": "cosine", "lr_min_ratio": 0.1}},
+                        environ={})  # fmt: skip
+
+
+def test_a_warm_up_as_long_as_the_run_is_refused() -> None:
+    _refused(
+        {"trainer": {"lr_warmup_steps": 10, "num_steps": 10}},
+        "trainer.lr_warmup_steps, trainer.num_steps: a warm-up of 10 steps never ends in 10",
+    )
+    assert parse_config({"trainer": {"lr_warmup_steps": 9, "num_steps": 10}}, environ={})
+
+
+def test_constant_sum_divides_by_the_longest_completion_unless_told() -> None:
+    dr_grpo = AlgorithmConfig(aggregation="constant_sum")
+    assert dr_grpo.with_loss_constant(9).loss_constant == 9
+    assert dr_grpo.model_copy(update={"loss_constant": 4}).with_loss_constant(9).loss_constant == 4
+    assert AlgorithmConfig().with_loss_constant(9).loss_constant is None

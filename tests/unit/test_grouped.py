@@ -1,5 +1,6 @@
 """The trainer's shared-prompt, bucketed forward gives the loss and gradients of the plain
-one-pass computation over the padded batch (within 1e-5), however the groups are cut."""
+one-pass computation over the padded batch (within 1e-5), however the groups are cut, with
+every loss option."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from llamarl.algorithms.advantages import group_advantages
+from llamarl.algorithms.kl import sequence_kl
 from llamarl.algorithms.losses import policy_loss
 from llamarl.config import AlgorithmConfig, ModelConfig, TrainerConfig
 from llamarl.engine.grouped import TrainGroup, micro_batches
@@ -60,16 +62,19 @@ def _plain_loss(policy, reference, groups, algorithm: AlgorithmConfig) -> torch.
         return torch.cat([F.pad(t, (0, width - t.shape[1])) for t in parts])
 
     args = (prompt_ids, prompt_mask, padded("completion_ids"), padded("completion_mask"))
-    logp, _ = token_logprobs(policy, *args, temperature=0.9, min_new_tokens=MIN_NEW)
+    logp, entropy = token_logprobs(policy, *args, temperature=0.9, min_new_tokens=MIN_NEW)
     ref_logp = None
     if reference is not None:
         with torch.no_grad():
             ref_logp, _ = token_logprobs(reference, *args, temperature=0.9, min_new_tokens=MIN_NEW)
-    advantages = group_advantages(torch.stack([g.rewards for g in groups]), algorithm.advantage)
+    rewards = torch.stack([g.rewards for g in groups])
+    if ref_logp is not None and algorithm.kl_in == "reward":
+        kl = sequence_kl(padded("behaviour_logprobs"), ref_logp, args[3], algorithm.kl_estimator)
+        rewards = rewards - algorithm.kl_coef * kl.view_as(rewards)
+    advantages = group_advantages(rewards, algorithm.advantage, algorithm.grpo_scale_by_std)
     out = policy_loss(
-        algorithm.loss, logp, padded("behaviour_logprobs"),
-        advantages.flatten(), args[3], rho=algorithm.rho, aggregation=algorithm.aggregation,
-        ref_logp=ref_logp, kl_coef=algorithm.kl_coef,
+        algorithm.loss, logp, padded("behaviour_logprobs"), advantages.flatten(), args[3],
+        ref_logp=ref_logp, entropy=entropy, **algorithm.model_dump(exclude={"loss"}),
     )  # fmt: skip
     return out.loss
 
@@ -88,6 +93,42 @@ def test_grouped_step_equals_plain_loss_and_gradients(
     loss: str, aggregation: str, kl_coef: float, micro_tokens: int, checkpointing: bool
 ) -> None:
     algorithm = AlgorithmConfig(loss=loss, aggregation=aggregation, kl_coef=kl_coef, rho=1.2)
+    stats = _grouped_step_against_plain(algorithm, micro_tokens, checkpointing)
+    assert stats["ratio_max"] > 1.0 and 0 < stats["clipped_fraction"] < 1
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        # GSPO with a decoupled (DAPO) clip range.
+        {"loss": "ppo_clip", "ratio_level": "sequence", "aggregation": "sequence_mean",
+         "clip_low": 0.9, "clip_high": 1.1},
+        # Dr. GRPO: constant_sum, no std; with an entropy bonus.
+        {"rho": 1.2, "aggregation": "constant_sum", "loss_constant": 7,
+         "grpo_scale_by_std": False, "entropy_coef": 0.05},
+        # Token-level MIS with a k2 KL in the loss.
+        {"rho": 1.2, "mis_low": 0.8, "mis_high": 1.25, "kl_coef": 0.1, "kl_estimator": "k2"},
+        # Sequence-level MIS with a k1 KL in the reward.
+        {"loss": "reinforce", "mis_low": 0.95, "mis_high": 1.05, "mis_level": "sequence",
+         "kl_coef": 0.5, "kl_estimator": "k1", "kl_in": "reward"},
+    ],
+)  # fmt: skip
+def test_grouped_step_with_loss_options_equals_plain_loss(options: dict[str, object]) -> None:
+    algorithm = AlgorithmConfig.model_validate(options)
+    stats = _grouped_step_against_plain(algorithm, 30, False)
+    if algorithm.loss != "reinforce":
+        assert 0 < stats["clipped_fraction"] < 1
+    if algorithm.mis_low is not None:
+        assert 0 < stats["mis_dropped_fraction"] < 1
+    if algorithm.kl_coef:
+        assert stats["kl_ref"] != 0
+
+
+def _grouped_step_against_plain(
+    algorithm: AlgorithmConfig, micro_tokens: int, checkpointing: bool
+) -> dict[str, float]:
+    """The learner's step on `_groups` in micro-batches of `micro_tokens`: its loss and
+    gradients against `_plain_loss`'s (within 1e-5); its stats."""
     trainer = TrainerConfig(lr=1e-3, micro_batch_tokens=micro_tokens, max_grad_norm=1e6,
                             activation_checkpointing=checkpointing)  # fmt: skip
     policy = build_policy(ModelConfig(hidden_size=32, num_layers=2, num_heads=2), seed=1)
@@ -100,6 +141,7 @@ def test_grouped_step_equals_plain_loss_and_gradients(
     if micro_tokens < 100:
         assert len(cuts) >= 4, "small budgets must split the batch"
 
+    kl_coef = algorithm.kl_coef
     reference = build_policy(ModelConfig(hidden_size=32, num_layers=2, num_heads=2), seed=2)
     if kl_coef:
         # Perturb the reference so the KL term is not zero.
@@ -124,7 +166,7 @@ def test_grouped_step_equals_plain_loss_and_gradients(
         name = name.replace("_checkpoint_wrapped_module.", "")
         assert param.grad is not None, name
         assert torch.allclose(param.grad, expected[name], atol=1e-5, rtol=1e-4), name
-    assert stats["ratio_max"] > 1.0 and 0 < stats["clipped_fraction"] < 1
+    return stats
 
 
 def test_micro_batches_keep_one_prompt_length_and_respect_the_budget() -> None:
