@@ -10,8 +10,10 @@ loss, so accumulating their gradients gives exactly the one-pass gradient. AdamW
 With several trainer ranks (`llamarl.training.parallel`) every rank is handed the whole step and trains
 on its share of the groups, each micro-batch's loss still its share of the whole step's, scaled
 by the number of ranks because DistributedDataParallel and FSDP average what they sum
-(`llamarl.training.sharding`); the gradients are reduced once, in the last micro-batch's
-backward pass, so they equal the one-process gradients up to the order of floating-point sums.
+(`llamarl.training.sharding`); the gradients are reduced in the last micro-batch's backward
+pass (or in each one's: `trainer.reduce_gradients`), so they equal the one-process gradients up
+to the order of floating-point sums. Sharded ranks repeat each prompt before its completions
+rather than share it (one pass through each block).
 The step's statistics are summed over ranks. Only trainable parameters get optimizer state (the
 adapters, with LoRA).
 """
@@ -118,7 +120,9 @@ class Learner:
         return [p for p in self.policy.model.parameters() if p.requires_grad]
 
     def _logprobs(self, policy: Policy, batch: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        return grouped_logprobs(policy, batch, self.temperature, self.min_new_tokens)
+        one_pass = self._parallel is not None and self._parallel.one_pass
+        return grouped_logprobs(policy, batch, self.temperature, self.min_new_tokens,
+                                share_prompt=not one_pass)  # fmt: skip
 
     def step(self, groups: Sequence[TrainGroup]) -> dict[str, float]:
         algorithm = self.algorithm
@@ -139,7 +143,8 @@ class Learner:
         for index in range(count):
             members = [mine[i] for i in cuts[min(index, len(cuts) - 1)]]
             batch = stack([groups[i] for i in members]).to(device)
-            with self._gradient_sync(last=index == count - 1):
+            every = self.trainer.reduce_gradients == "micro_batch"
+            with self._gradient_sync(last=every or index == count - 1):
                 loss, kl, logp, entropy, terms = self._loss(batch, advantages[members], num_tokens,
                                                             num_rows)  # fmt: skip
                 # A rank out of micro-batches repeats its last with no weight: sharded ranks
@@ -154,7 +159,8 @@ class Learner:
         return self._update(stats, rewards, num_tokens)
 
     def _gradient_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
-        """With ranks, gradients are reduced in the last micro-batch's backward only."""
+        """With ranks, gradients are reduced in this micro-batch's backward if `last` (the
+        last micro-batch's, or each one's with trainer.reduce_gradients micro_batch)."""
         if self._parallel is None:
             return contextlib.nullcontext()
         return self._parallel.gradient_sync(self._forward.model, last)
