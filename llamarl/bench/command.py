@@ -69,8 +69,8 @@ def _register_others(bench_sub: Subparsers) -> None:
     check.set_defaults(func=sim_check)
     peaks = bench_sub.add_parser("memory", help="trainer ranks' peak memory against the estimate")
     peaks.add_argument("--sizes", default="0.1b,0.5b,0.7b,1b", help="0.1b, 0.5b, 0.7b, 1b")
-    peaks.add_argument("--configs", default="ddp,fsdp,fsdp-ac,lora",
-                       help="ddp, fsdp, fsdp-ac (2 ranks each), lora (1 rank)")  # fmt: skip
+    peaks.add_argument("--configs", default="ddp,fsdp,fsdp-rs,fsdp-ac,lora",
+                       help="ddp, fsdp, fsdp-rs (reduced each micro-batch), fsdp-ac (2 ranks each), lora (1 rank)")  # fmt: skip
     peaks.add_argument("--steps", type=int, default=2, help="steps per row (the first untimed)")
     peaks.add_argument("--out", help="also write the JSON here")
     peaks.set_defaults(func=memory_bench)

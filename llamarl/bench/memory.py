@@ -3,9 +3,9 @@
 
 Models are Llama-shaped (LlamaConfig, random weights, vocabulary 32000, grouped-query attention,
 tied embeddings) at about 0.1B, 0.5B, 0.7B and 1B parameters; `SIZES` holds their shapes and the
-output their parameter counts. Each is run as: ddp x 2 ranks, fsdp x 2, fsdp x 2 with activation
-checkpointing, and LoRA (r=16, the config's default target layers) on one rank, all float32 on
-CPU. A row is a fresh set of spawned processes (two ranks join a gloo group on a free port) that
+output their parameter counts. Each is run as: ddp x 2 ranks, fsdp x 2, fsdp x 2 reducing the
+gradients in every micro-batch (fsdp-rs), fsdp x 2 with activation checkpointing, and LoRA (r=16,
+the config's default target layers) on one rank, all float32 on CPU. A row is a fresh set of spawned processes (two ranks join a gloo group on a free port) that
 set glibc as a trainer worker does (`memory_check.return_freed_memory`), build the model, wrap
 it as the trainer does (`Learner`) and take `--steps` real steps on synthetic groups (2
 completions of 24 tokens after an 8-token prompt) sized so that each rank cuts the size's number
@@ -85,6 +85,7 @@ cores; the larger two take one a rank (fsdp's steps take half as long)."""
 CONFIGS: dict[str, tuple[int, dict[str, Any], bool]] = {
     "ddp": (2, {"sharding": "ddp"}, False),
     "fsdp": (2, {"sharding": "fsdp"}, False),
+    "fsdp-rs": (2, {"sharding": "fsdp", "reduce_gradients": "micro_batch"}, False),
     "fsdp-ac": (2, {"sharding": "fsdp", "activation_checkpointing": True}, False),
     "lora": (1, {}, True),
 }
@@ -234,7 +235,7 @@ def row(size_name: str, config: str, steps: int, directory: Path) -> dict[str, A
     world, _, lora = CONFIGS[config]
     groups = size.micro_batch_tokens // GROUP_TOKENS
     completions = groups * NUM_SAMPLES * COMPLETION_TOKENS
-    work = memory.Workload(groups * PROMPT_TOKENS + completions, completions)
+    work = memory.Workload(groups * PROMPT_TOKENS, completions, NUM_SAMPLES, size.micro_batches)
     estimate = memory.estimate_rank(shape_of(size, lora), trainer_config(size, config), work)
     entry: dict[str, Any] = {
         "size": size_name, "config": config, "ranks": world,

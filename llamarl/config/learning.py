@@ -152,6 +152,11 @@ class TrainerConfig(_Section):
     """ddp: every rank holds the whole model, its gradients and optimizer state. fsdp: FSDP2
     (`fully_shard` per decoder layer, then the root) keeps 1/ranks of each on every rank, sends
     the generators each rank's own shards and checkpoints with torch.distributed.checkpoint."""
+    reduce_gradients: Literal["step", "micro_batch"] = "step"
+    """When the ranks' gradients are reduced: once a step, in the last micro-batch's backward
+    (the least communication), or in every micro-batch's. With sharding fsdp, micro_batch keeps
+    only each rank's shard of the gradients between micro-batches (accumulating holds them whole):
+    the least memory, for a reduce-scatter a micro-batch."""
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass instead of keeping them
     (less memory, about a third more compute)."""

@@ -8,6 +8,12 @@ attention keeps that padding out of every real token's result, and the loss mask
 sorted by completion length before micro-batches are cut at `max_tokens`, so little padding is
 left. Gradients flow through the shared prompt's keys and values, so the loss and gradients equal
 the plain one-pass computation (`sampling.token_logprobs`; tested within 1e-5).
+
+Sharing the prompt takes every block twice (the prompt, then the completions), and the prompt's
+backward runs last. Sharded training (FSDP2) frees a block's whole gradients once its backward is
+done, so there the prompt is repeated for each completion instead (`share_prompt=False`): one
+pass, each block's gradients reduce-scattered and freed in turn, at the cost of computing the
+prompt n times.
 """
 
 from __future__ import annotations
@@ -139,20 +145,35 @@ def _read_only(cache: Any) -> Any:
 
 
 def grouped_logprobs(
-    policy: Policy, batch: MicroBatch, temperature: float = 1.0, min_new_tokens: int = 0
+    policy: Policy,
+    batch: MicroBatch,
+    temperature: float = 1.0,
+    min_new_tokens: int = 0,
+    share_prompt: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """log pi and entropy of every completion token (G * n, W), each prompt computed once."""
-    model = policy.model
+    """log pi and entropy of every completion token (G * n, W): each prompt computed once and
+    shared by its completions, or repeated before each (one pass through every block)."""
+    width = batch.completion_ids.shape[1]
+    if share_prompt:
+        logits = _shared_prompt_logits(policy.model, batch)
+    else:
+        prompts = batch.prompt_ids.repeat_interleave(batch.num_samples, dim=0)
+        ids = torch.cat([prompts, batch.completion_ids[:, : width - 1]], dim=1)
+        logits = policy.model(input_ids=ids, use_cache=False, logits_to_keep=width).logits
+    logits = ban_eos(logits.float() / temperature, policy.eos_id, min_new_tokens)
+    return completion_logprobs(logits, batch.completion_ids, batch.completion_mask)
+
+
+def _shared_prompt_logits(model: Any, batch: MicroBatch) -> torch.Tensor:
+    """(G * n, W) logits from the prompts' pass, with a cache, and the completions' pass."""
     prompt = model(input_ids=batch.prompt_ids, cache=_record_once(DynamicCache()), use_cache=True,
                    logits_to_keep=1)  # fmt: skip
     logits = prompt.logits[:, -1:].repeat_interleave(batch.num_samples, dim=0)
+    width = batch.completion_ids.shape[1]
+    if width == 1:
+        return logits
     cache = prompt.cache
     cache.batch_repeat_interleave(batch.num_samples)
-    # Always a second pass (over the first token alone when that is all there is, its logits
-    # unused): FSDP ranks must take the same passes whatever their completions' lengths.
-    width = batch.completion_ids.shape[1]
-    rest = model(input_ids=batch.completion_ids[:, : max(width - 1, 1)], cache=_read_only(cache),
+    rest = model(input_ids=batch.completion_ids[:, : width - 1], cache=_read_only(cache),
                  use_cache=True)  # fmt: skip
-    logits = torch.cat([logits, rest.logits[:, : width - 1]], dim=1)
-    logits = ban_eos(logits.float() / temperature, policy.eos_id, min_new_tokens)
-    return completion_logprobs(logits, batch.completion_ids, batch.completion_mask)
+    return torch.cat([logits, rest.logits], dim=1)

@@ -10,8 +10,10 @@ loss, so accumulating their gradients gives exactly the one-pass gradient. AdamW
 With several trainer ranks (`llamarl.training.parallel`) every rank is handed the whole step and trains
 on its share of the groups, each micro-batch's loss still its share of the whole step's, scaled
 by the number of ranks because DistributedDataParallel and FSDP average what they sum
-(`llamarl.training.sharding`); the gradients are reduced once, in the last micro-batch's
-backward pass, so they equal the one-process gradients up to the order of floating-point sums.
+(`llamarl.training.sharding`); the gradients are reduced in the last micro-batch's backward
+pass (or in each one's: `trainer.reduce_gradients`), so they equal the one-process gradients up
+to the order of floating-point sums. Sharded ranks repeat each prompt before its completions
+rather than share it (one pass through each block).
 The step's statistics are summed over ranks. Only trainable parameters get optimizer state (the
 adapters, with LoRA).
 
@@ -26,7 +28,6 @@ import contextlib
 import copy
 import dataclasses
 import math
-import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -41,16 +42,9 @@ from llamarl.engine.adapters import has_adapters
 from llamarl.engine.grouped import MicroBatch, TrainGroup, grouped_logprobs, micro_batches, stack
 from llamarl.engine.model import Policy
 from llamarl.errors import NonFiniteError
-from llamarl.training.lr_schedule import lr_scheduler
+from llamarl.training.lr_schedule import set_lr
 from llamarl.training.parallel import TrainerRanks
 from llamarl.training.sharding import checkpoint_activations, data_parallel, local
-
-SCHEDULER_ORDER_WARNINGS = (
-    r"Detected call of `lr_scheduler\.step\(\)`"
-    r"|Seems like `optimizer\.step\(\)` has been overridden"
-)
-"""torch's warnings about the order of optimizer and scheduler steps, which a schedule
-positioned by step number does not depend on."""
 
 
 def make_optimizer(parameters: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.AdamW:
@@ -130,18 +124,21 @@ class Learner:
         self.temperature = temperature
         self.min_new_tokens = min_new_tokens
         self.optimizer = make_optimizer(self.trainable(), trainer.lr)
-        self.scheduler = lr_scheduler(self.optimizer, trainer, steps_done=0)
+        self.steps_done = 0
+        """RL steps taken (restored on resume): the schedule's position."""
 
     def resume_schedule(self, steps_done: int) -> None:
-        """Set the learning rate of the step after `steps_done` (after the optimizer state of a
-        checkpoint is loaded, whose lr this replaces)."""
-        self.scheduler = lr_scheduler(self.optimizer, self.trainer, steps_done)
+        """Continue the schedule after `steps_done` steps (the lr of a restored optimizer state
+        is replaced before the next step)."""
+        self.steps_done = steps_done
 
     def trainable(self) -> list[torch.nn.Parameter]:
         return [p for p in self.policy.model.parameters() if p.requires_grad]
 
     def _logprobs(self, policy: Policy, batch: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        return grouped_logprobs(policy, batch, self.temperature, self.min_new_tokens)
+        one_pass = self._parallel is not None and self._parallel.one_pass
+        return grouped_logprobs(policy, batch, self.temperature, self.min_new_tokens,
+                                share_prompt=not one_pass)  # fmt: skip
 
     def step(self, groups: Sequence[TrainGroup]) -> dict[str, float]:
         algorithm = self.algorithm
@@ -169,7 +166,8 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         for index, members in enumerate(passes):
             batch = stack([groups[i] for i in members]).to(device)
-            with self._gradient_sync(last=index == count - 1):
+            every = self.trainer.reduce_gradients == "micro_batch"
+            with self._gradient_sync(last=every or index == count - 1):
                 loss, kl_share, logp, entropy, terms = self._loss(
                     batch, advantages[members], num_tokens, num_rows
                 )
@@ -206,7 +204,8 @@ class Learner:
         return kl
 
     def _gradient_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
-        """With ranks, gradients are reduced in the last micro-batch's backward only."""
+        """With ranks, gradients are reduced in this micro-batch's backward if `last` (the
+        last micro-batch's, or each one's with trainer.reduce_gradients micro_batch)."""
         if self._parallel is None:
             return contextlib.nullcontext()
         return self._parallel.gradient_sync(self._forward.model, last)
@@ -247,6 +246,7 @@ class Learner:
             grad_norm = grad_norm.full_tensor()
         # A non-finite loss or gradient would poison every weight: the update is skipped.
         finite = math.isfinite(stats.loss) and bool(torch.isfinite(grad_norm))
+        lr = set_lr(self.optimizer, self.trainer, self.steps_done)
         if finite:
             self.optimizer.step()
             norms = torch._foreach_norm([local(p) for p in trainable])
@@ -255,8 +255,7 @@ class Learner:
                     "an optimizer step made the weights non-finite (they are neither published "
                     "nor checkpointed); lower trainer.lr or trainer.max_grad_norm"
                 )
-        lr = float(self.optimizer.param_groups[0]["lr"])
-        self._advance_schedule()
+        self.steps_done += 1  # the schedule follows the RL step, also past a skipped update
         tokens = max(num_tokens, 1.0)
         return {
             "loss": stats.loss,
@@ -273,9 +272,3 @@ class Learner:
             "skipped_update": 0.0 if finite else 1.0,
             "lr": lr,
         }
-
-    def _advance_schedule(self) -> None:
-        """The next step's lr: it follows the RL step, also past a skipped update."""
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", SCHEDULER_ORDER_WARNINGS, UserWarning)
-            self.scheduler.step()

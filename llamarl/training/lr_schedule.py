@@ -1,18 +1,16 @@
 """The RL learning-rate schedule: a linear warm-up, then constant or a linear or cosine decay
 to a floor over `trainer.num_steps`.
 
-The lr is a pure function of the number of RL steps done (`lr_factor`), so a trainer resumed at
-step k sets the same lr as one that ran k steps (`lr_scheduler` positions torch's `LambdaLR`
-there), whatever the optimizer state it restored says.
+The lr is a pure function of the number of RL steps done (`lr_factor`), set on the optimizer
+before each step (`set_lr`), so a trainer resumed at step k uses the same lr as one that ran k
+steps, whatever the optimizer state it restored says.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
-from torch.optim.lr_scheduler import LambdaLR
 
 from llamarl.config import TrainerConfig
 
@@ -32,11 +30,9 @@ def lr_factor(trainer: TrainerConfig, steps_done: int) -> float:
     return floor + (1.0 - floor) * remaining
 
 
-def lr_scheduler(
-    optimizer: torch.optim.Optimizer, trainer: TrainerConfig, steps_done: int
-) -> LambdaLR:
-    """A scheduler over `optimizer` that has set the lr of the step after `steps_done`; step it
-    once after every RL step."""
+def set_lr(optimizer: torch.optim.Optimizer, trainer: TrainerConfig, steps_done: int) -> float:
+    """Give every parameter group the lr of the step after `steps_done`; that lr."""
+    lr = trainer.lr * lr_factor(trainer, steps_done)
     for group in optimizer.param_groups:
-        group["initial_lr"] = trainer.lr  # the peak, also over a restored optimizer state's
-    return LambdaLR(optimizer, functools.partial(lr_factor, trainer), last_epoch=steps_done - 1)
+        group["lr"] = lr
+    return lr

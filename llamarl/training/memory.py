@@ -17,17 +17,16 @@ ranks. One rank's peak on the host (trainer.device cpu) is the largest of three 
 - training: baseline; weights (P x b, fsdp: / N); with algorithm.kl_coef > 0 and no LoRA the
   reference copy (P x b, whole on every rank); gradients (T x b, fsdp: / N); AdamW's two moments
   (2 x T x b, fsdp: / N); activations; with ddp ranks DistributedDataParallel's gradient buckets
-  (another T x b); with fsdp the unsharded gradients (T x b) and what is gathered
-  (`ROOT_COPIES` x R x b: the root's weights, held whole through forward and backward, and their
-  gradients; `GATHERED_BLOCKS` x B x b: a block's weights, gradients and reduce-scatter buffer).
-  FSDP2 reduce-scatters a block's gradients once its backward is done, but each micro-batch
-  passes every block twice (the shared prompt, then the completions: `engine.grouped`) and the
-  prompt pass's backward comes last, so most blocks' unsharded gradients are alive at once (on
-  the 0.5B bench model, one micro-batch: 0.7 of them), and all of them while gradients
-  accumulate over micro-batches, which the estimate assumes.
+  (another T x b); with fsdp what is gathered (`ROOT_COPIES` x R x b: the root's weights, held
+  whole through forward and backward, and their gradients; `GATHERED_BLOCKS` x B x b: a block's
+  weights, gradients and reduce-scatter buffer) and, while gradients accumulate over a rank's
+  micro-batches without being reduced (trainer.reduce_gradients step), the whole unsharded
+  gradients (T x b). Sharded ranks take each block once per micro-batch (each completion after
+  its own copy of the prompt: `engine.grouped`), so one micro-batch a step, or a reduction in
+  each, frees a block's whole gradients as soon as its backward is done.
 
-Activations of a micro-batch that computes t tokens (each group's prompt once, then its
-completions), c of them completions: t x L x (`LAYER_HIDDEN` x H + `LAYER_MLP` x I) x b held
+Activations of a micro-batch that computes t tokens (each group's prompt once, or before each
+completion with fsdp, and the completions), c of them completions: t x L x (`LAYER_HIDDEN` x H + `LAYER_MLP` x I) x b held
 by the L decoder layers for and in the backward pass, and c x V x `LOGIT_COPIES` x 4 for the
 float32 logits, log-softmax, entropy terms and their gradients. Activation checkpointing keeps
 less per layer (`CHECKPOINT_HIDDEN`, `CHECKPOINT_MLP`), though not only each layer's input:
@@ -98,14 +97,22 @@ class ModelShape:
 class Workload:
     """What one step asks of a rank."""
 
-    tokens: int
-    """Tokens one micro-batch computes: each group's prompt once, its completions."""
+    prompt_tokens: int
+    """A micro-batch's prompt tokens, each group's prompt once."""
     completion_tokens: int
-    """Of which completions (they get logits)."""
+    """A micro-batch's completion tokens (they get logits)."""
+    num_samples: int = 1
+    """Completions a prompt (sharded ranks compute each prompt this many times)."""
+    micro_batches: int = 1
+    """A rank's micro-batches a step."""
     warm_start_tokens: int = 0
     """Tokens of a warm-start (SFT) batch on rank 0; 0: no warm start."""
     reference: bool = False
     """A whole reference copy of the model (KL penalty without LoRA)."""
+
+    def tokens(self, one_pass: bool) -> int:
+        """Tokens one micro-batch computes: each prompt once, or once per completion."""
+        return self.completion_tokens + self.prompt_tokens * (self.num_samples if one_pass else 1)
 
 
 @dataclass(frozen=True)
@@ -262,15 +269,16 @@ def training_terms(shape: ModelShape, trainer: TrainerConfig, work: Workload, wi
         "gradients": trained // shards,
         "optimizer": 2 * trained // shards,
         "activations": activation_bytes(
-            shape, trainer, work.tokens, work.completion_tokens, compute_width
+            shape, trainer, work.tokens(one_pass=fsdp), work.completion_tokens, compute_width
         ),  # fmt: skip
     }
     if work.reference:
         terms["reference"] = shape.num_params * width
     if trainer.sharding == "ddp" and ranks > 1:
         terms["gradient buckets"] = trained
-    if fsdp:
+    if fsdp and trainer.reduce_gradients == "step" and work.micro_batches > 1:
         terms["unsharded gradients"] = trained
+    if fsdp:
         gathered = ROOT_COPIES * shape.num_root_params + GATHERED_BLOCKS * shape.num_block_params
         terms["gathered"] = gathered * compute_width
     return terms

@@ -51,7 +51,9 @@ def run_workload(config: RunConfig) -> Workload:
     completions = groups * gen.num_samples * gen.max_new_tokens
     warm_start = trainer.sft_batch_size * 2 * (gen.max_new_tokens + 1) if trainer.sft_steps else 0
     reference = config.algorithm.kl_coef > 0 and config.model.lora is None
-    return Workload(completions + groups * gen.max_new_tokens, completions, warm_start, reference)
+    return Workload(prompt_tokens=groups * gen.max_new_tokens, completion_tokens=completions,
+                    num_samples=gen.num_samples, micro_batches=-(-per_rank // groups),
+                    warm_start_tokens=warm_start, reference=reference)  # fmt: skip
 
 
 def host_memory(cgroups: Path = Path("/sys/fs/cgroup"),

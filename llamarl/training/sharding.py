@@ -6,8 +6,12 @@ Hugging Face model names in `_no_split_modules`) and then to the root, so each r
 dim-0 chunk of every parameter, its gradient and its AdamW moments: 1/ranks of the training
 state. A block's weights are gathered for its forward and backward only. On CUDA the blocks
 compute in bfloat16 with float32 master weights and float32 gradient reduction, and
-`trainer.offload` keeps the state in CPU memory between uses. Either way the gradients are
-reduced once a step: in the last micro-batch's backward.
+`trainer.offload` keeps the state in CPU memory between uses. Sharded ranks take each block
+once per micro-batch (`one_pass`: the prompt repeated for each completion, `engine.grouped`), so
+a block's whole gradients are reduce-scattered and freed as soon as its backward is done. Either
+way the gradients are reduced once a step, in the last micro-batch's backward, or in every
+micro-batch's (`trainer.reduce_gradients`): with shards the latter keeps only each rank's shard
+of the gradients between micro-batches, where accumulating holds them whole.
 
 Activation checkpointing wraps each block (before sharding, so FSDP's hooks sit outside the
 recomputation, as torchtitan does): its activations are recomputed in the backward pass instead
@@ -83,6 +87,10 @@ class DataParallel(ABC):
     lockstep: bool
     """Every forward and backward pass is collective (the ranks gather each block's shards), so
     every rank takes as many as the others."""
+    one_pass: bool
+    """Each block is taken once per micro-batch (the prompt repeated for each completion rather
+    than computed once and shared), so its whole gradients can be freed once its backward is
+    done."""
 
     @abstractmethod
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -98,6 +106,7 @@ class Replicas(DataParallel):
     rank rank 0's weights)."""
 
     lockstep = False
+    one_pass = False
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -116,6 +125,7 @@ class Shards(DataParallel):
     """FSDP2 over the default process group; every rank keeps its chunk of rank 0's weights."""
 
     lockstep = True
+    one_pass = True
 
     def __init__(self, device: torch.device, config: TrainerConfig) -> None:
         self.options: dict[str, Any] = {}

@@ -169,11 +169,16 @@ def train_sharded_rank(rank: int, world: int, port: int, trainer: TrainerConfig,
     ranks.close()
 
 
-@pytest.mark.parametrize("checkpointing", [False, True], ids=["fsdp", "fsdp-ac"])
-def test_fsdp_ranks_take_the_one_process_steps(checkpointing: bool) -> None:
-    trainer = TRAINER.model_copy(
-        update={"sharding": "fsdp", "activation_checkpointing": checkpointing}
-    )
+@pytest.mark.parametrize(
+    ("checkpointing", "reduce"),
+    [(False, "step"), (True, "micro_batch")],
+    ids=["fsdp", "fsdp-ac-reduced-each-micro-batch"],
+)
+def test_fsdp_ranks_take_the_one_process_steps(checkpointing: bool, reduce: str) -> None:
+    """Sharded ranks repeat each prompt (one pass) where one process shares it: same steps."""
+    trainer = TRAINER.model_copy(update={
+        "sharding": "fsdp", "activation_checkpointing": checkpointing, "reduce_gradients": reduce,
+    })  # fmt: skip
     groups = uneven_groups()
     cuts = [micro_batches(groups[r::2], TRAINER.micro_batch_tokens) for r in range(2)]
     assert len(cuts[0]) > len(cuts[1]), "rank 1 must run out of micro-batches first"

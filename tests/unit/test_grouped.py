@@ -12,7 +12,7 @@ from llamarl.algorithms.advantages import group_advantages
 from llamarl.algorithms.kl import sequence_kl
 from llamarl.algorithms.losses import policy_loss
 from llamarl.config import AlgorithmConfig, ModelConfig, TrainerConfig
-from llamarl.engine.grouped import TrainGroup, micro_batches
+from llamarl.engine.grouped import TrainGroup, grouped_logprobs, micro_batches, stack
 from llamarl.engine.model import build_policy
 from llamarl.engine.sampling import left_pad, sample, token_logprobs
 from llamarl.training.learner import Learner
@@ -176,3 +176,26 @@ def test_micro_batches_keep_one_prompt_length_and_respect_the_budget() -> None:
         assert len({int(groups[i].prompt_ids.shape[0]) for i in cut}) == 1
         cost = sum(NUM_SAMPLES * (groups[i].prompt_ids.shape[0] + groups[i].width) for i in cut)
         assert len(cut) == 1 or cost <= 40
+
+
+def test_a_prompt_repeated_before_each_completion_gives_the_shared_prompts_logprobs() -> None:
+    """Sharded ranks take each block once (the prompt repeated): the same log-probs and
+    gradients as the shared prompt's two passes."""
+    policy = build_policy(ModelConfig(hidden_size=32, num_layers=2, num_heads=2), seed=1)
+    groups = _groups(policy)
+    results = []
+    for share_prompt in (True, False):
+        policy.model.zero_grad(set_to_none=True)
+        for cut in micro_batches(groups, 30):
+            batch = stack([groups[i] for i in cut])
+            logp, entropy = grouped_logprobs(policy, batch, 0.9, MIN_NEW, share_prompt)
+            (logp.sum() + entropy.sum()).backward()
+            results.append((logp.detach(), entropy.detach()))
+        results.append({n: p.grad.clone() for n, p in policy.model.named_parameters()})
+    half = len(results) // 2
+    for shared, repeated in zip(results[: half - 1], results[half:-1], strict=True):
+        assert shared[0].shape == repeated[0].shape
+        assert torch.allclose(shared[0], repeated[0], atol=1e-5)
+        assert torch.allclose(shared[1], repeated[1], atol=1e-4)
+    for name, grad in results[half - 1].items():
+        assert torch.allclose(grad, results[-1][name], atol=1e-5, rtol=1e-4), name

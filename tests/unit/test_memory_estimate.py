@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 SMALL = ModelConfig(hidden_size=64, num_layers=3, num_heads=4, intermediate_size=96)
 BILLION = {"hidden_size": 2048, "num_layers": 16, "num_heads": 32, "intermediate_size": 8192,
            "max_position_embeddings": 256}  # fmt: skip
-WORK = Workload(tokens=1024, completion_tokens=768)
+WORK = Workload(prompt_tokens=256, completion_tokens=768, num_samples=4, micro_batches=2)
 
 
 def _numel(model: object) -> int:
