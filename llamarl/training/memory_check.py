@@ -9,8 +9,9 @@ baseline plus 4 bytes a parameter (every generator builds or loads the float32 m
 whatever generation.dtype it casts to), and one staged float32 version (T x 4). Reward workers,
 Redis and the broker are not counted. The limit is the host's memory (a cgroup limit when one
 is lower), or each GPU's for cuda ranks. When it does not fit, the one-line error offers the
-first setting that the estimate says fits: trainer.sharding fsdp, activation checkpointing, no
-warm start, LoRA, a smaller micro-batch (else those together).
+first setting that the estimate says fits: trainer.sharding fsdp, gradients reduced every
+micro-batch, activation checkpointing, no warm start, LoRA, a smaller micro-batch (else those
+together).
 """
 
 from __future__ import annotations
@@ -138,6 +139,9 @@ def _changes(config: RunConfig) -> tuple[list[Change], list[Change]]:
     changes: list[Change] = []
     if trainer.sharding == "ddp" and trainer.ranks > 1:
         changes.append(("trainer.sharding: fsdp", {"trainer": {"sharding": "fsdp"}}))
+    if trainer.ranks > 1 and trainer.reduce_gradients == "step":  # lowers fsdp's estimate
+        changes.append(("trainer.reduce_gradients: micro_batch",
+                        {"trainer": {"reduce_gradients": "micro_batch"}}))  # fmt: skip
     if not trainer.activation_checkpointing:
         changes.append(("trainer.activation_checkpointing: true",
                         {"trainer": {"activation_checkpointing": True}}))  # fmt: skip

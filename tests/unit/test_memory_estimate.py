@@ -121,6 +121,24 @@ def test_the_check_names_the_estimate_the_limit_and_the_first_setting_that_fits(
         memory_check.check_memory(fsdp)  # a generator's float32 copy and a staged version too
 
 
+def test_fsdp_ranks_that_fit_only_without_whole_gradients_are_told_to_reduce_each_micro_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step of several micro-batches: accumulating keeps the whole gradients on every fsdp
+    rank, reducing in each micro-batch keeps only the rank's shard."""
+    fsdp = _sharded(parse_config({"model": BILLION, "trainer": {"ranks": 2, "sft_steps": 0,
+                                                                "prompts_per_step": 64, "micro_batch_tokens": 1024}}))  # fmt: skip
+    assert memory_check.run_workload(fsdp).micro_batches > 1
+    each = fsdp.model_copy(update={"trainer": fsdp.trainer.model_copy(
+        update={"reduce_gradients": "micro_batch"})})  # fmt: skip
+    whole = model_shape(fsdp.model).num_params * 4
+    assert _need(fsdp) - _need(each) == 2 * whole  # two ranks' whole gradients
+    _host(monkeypatch, (_need(fsdp) + _need(each)) // 2)
+    with pytest.raises(ConfigError, match=r"; set trainer.reduce_gradients: micro_batch$"):
+        memory_check.check_memory(fsdp, generators=False)
+    memory_check.check_memory(each, generators=False)
+
+
 def test_settings_are_combined_when_none_fits_alone_and_nothing_is_offered_when_none_can(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
