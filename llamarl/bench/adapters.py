@@ -15,18 +15,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from llamarl.bench.decode_probe import batch_seconds
 from llamarl.bench.stats import spread
 from llamarl.config import LoraConfig, parse_config
+from llamarl.config.run import read_tree
 from llamarl.engine.adapters import with_adapters
 from llamarl.engine.model import make_policy
 from llamarl.weightsync.flat import num_values
 
 
 def bench(config: Path, pairs: int, threads: int, prompts: int) -> dict[str, Any]:
-    tree = yaml.safe_load(config.read_text())
+    tree = read_tree(Path(config))
     model = dict(tree.get("model", {}))
     lora = model.pop("lora", None) or LoraConfig().model_dump()
     plain_tree = tree | {"model": model}

@@ -37,6 +37,7 @@ import yaml
 
 from llamarl.bench.stats import median, median_time, spread
 from llamarl.config import parse_config
+from llamarl.config.run import read_tree
 from llamarl.launch.cores import plan_threads
 
 
@@ -204,7 +205,7 @@ def solo_times(tree: dict[str, Any], name: str, work_dir: Path) -> dict[str, flo
 
 def bench(config_path: Path, seeds: list[int], target: float, work_dir: Path) -> dict[str, Any]:
     work_dir.mkdir(parents=True, exist_ok=True)
-    base = yaml.safe_load(config_path.read_text())
+    base = read_tree(config_path)
     runs: list[dict[str, Any]] = []
     for index, seed in enumerate(seeds):
         tree = warm_start(base | {"seed": seed}, work_dir)

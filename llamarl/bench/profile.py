@@ -35,6 +35,7 @@ from llamarl.bench.async_vs_sync import RunResult, run_once
 from llamarl.bench.decode_probe import batch_seconds
 from llamarl.bench.weight_sync import transport_rounds
 from llamarl.config import parse_config
+from llamarl.config.run import read_tree
 from llamarl.launch.cores import usable_cores, work_probes
 from llamarl.sim.costs import Costs, ThreadCosts
 
@@ -171,7 +172,7 @@ def decode_batches(per_batch: int, per_step: int) -> tuple[int, int]:
 
 def profile(config_path: Path, work_dir: Path, out: Path) -> dict[str, Any]:
     work_dir.mkdir(parents=True, exist_ok=True)
-    base = yaml.safe_load(config_path.read_text())
+    base = read_tree(config_path)
     cores = usable_cores()
     threads: dict[int, ThreadCosts] = {}
     measured: dict[str, Any] = {}

@@ -25,6 +25,7 @@ import yaml
 from llamarl.bench.async_vs_sync import warm_start
 from llamarl.bench.stats import spread
 from llamarl.config import parse_config
+from llamarl.config.run import read_tree
 from llamarl.launch import supervise
 from llamarl.store import RedisStore
 
@@ -95,7 +96,7 @@ def bench(
     config_path: Path, seeds: list[int], steps: int, kill_at: int, work_dir: Path
 ) -> dict[str, Any]:
     work_dir.mkdir(parents=True, exist_ok=True)
-    base = yaml.safe_load(config_path.read_text())
+    base = read_tree(config_path)
     base["trainer"] = base.get("trainer", {}) | {"num_steps": steps}
     pairs = []
     for index, seed in enumerate(seeds):

@@ -17,11 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from llamarl.bench.async_vs_sync import clean_step_s, role_times, run_once
 from llamarl.bench.stats import spread
 from llamarl.config import parse_config
+from llamarl.config.run import read_tree
 from llamarl.sim.costs import Costs
 from llamarl.sim.predict import layout_of, lengths_of, sweep
 from llamarl.sim.rl import simulate_async
@@ -48,7 +47,7 @@ def error(predicted: float, measured: float) -> float:
 def bench(config_path: Path, profile: Path, generators: list[int], rounds: int, steps: int,
           work_dir: Path) -> dict[str, Any]:  # fmt: skip
     work_dir.mkdir(parents=True, exist_ok=True)
-    base = yaml.safe_load(config_path.read_text())
+    base = read_tree(config_path)
     costs = Costs.load(profile)
     measured: dict[int, list[dict[str, Any]]] = {count: [] for count in generators}
     for round_index in range(rounds):

@@ -44,6 +44,8 @@ def main(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
         if not hasattr(args, "overrides") or any("=" not in item for item in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
+    if getattr(args, "recipe", None):
+        args.overrides = [f"recipe={args.recipe}", *args.overrides]
     try:
         apply_overrides(getattr(args, "overrides", []))
         return int(args.func(args))

@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Sequence
 
 from llamarl.commands.base import OVERRIDES_HELP, Command, Subparsers
+from llamarl.config.recipes import RECIPES
 
 
 def register(sub: Subparsers, run_command: Command, worker_command: Command,
@@ -15,6 +16,8 @@ def register(sub: Subparsers, run_command: Command, worker_command: Command,
     run.add_argument("config", help="run config YAML")
     run.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
     run.add_argument("--mode", choices=["async", "sync"], default="async")
+    run.add_argument("--recipe", choices=sorted(RECIPES),
+                     help="a preset of algorithm options under the config's own (recipe=NAME)")  # fmt: skip
     run.add_argument(
         "--resume",
         action="store_true",

@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from llamarl.config.base import FieldConflict, _Section
 from llamarl.config.learning import AlgorithmConfig, TrainerConfig
+from llamarl.config.recipes import merged, with_recipe
 from llamarl.config.sections import (
     BrokerConfig,
     GenerationConfig,
@@ -28,6 +29,9 @@ from llamarl.errors import ConfigError
 
 
 class RunConfig(_Section):
+    recipe: Literal["dapo", "gspo", "dr_grpo"] | None = None
+    """A preset of algorithm options laid under this config's own (`llamarl.config.recipes`):
+    dapo, gspo or dr_grpo; what the config or an override sets wins."""
     run_id: str = Field("llamarl", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     """Names the run; every Redis key is under llamarl:<run_id>:."""
     run_dir: str = "runs/llamarl"
@@ -147,15 +151,21 @@ def parse_config(tree: dict[str, Any], environ: dict[str, str] | None = None) ->
     for path, value in env_overrides(dict(os.environ if environ is None else environ)):
         _set_path(tree, path, value)
     try:
-        return RunConfig.model_validate(tree)
+        return RunConfig.model_validate(with_recipe(tree))
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err)) from None
 
 
 def load_config(path: str | Path, environ: dict[str, str] | None = None) -> RunConfig:
     """Load and validate a YAML config file; raises ConfigError naming the bad field."""
+    return parse_config(read_tree(Path(path)), environ)
+
+
+def read_tree(path: Path, including: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A YAML config file's mapping, laid over the file its `include` names (a path relative to
+    it, included in turn) when it has one; ConfigError for what cannot be read."""
     try:
-        text = Path(path).read_text()
+        text = path.read_text()
     except OSError as err:
         raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
     try:
@@ -164,7 +174,15 @@ def load_config(path: str | Path, environ: dict[str, str] | None = None) -> RunC
         raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(tree, dict):
         raise ConfigError(f"{path}: top level must be a mapping")
-    return parse_config(tree, environ)
+    include = tree.pop("include", None)
+    if include is None:
+        return tree
+    if not isinstance(include, str):
+        raise ConfigError(f"{path}: include must be a file path")
+    base = (path.parent / include).resolve()
+    if base in including or base == path.resolve():
+        raise ConfigError(f"{path}: include {include} includes itself")
+    return merged(read_tree(base, (*including, path.resolve())), tree)
 
 
 def dump_config(config: RunConfig) -> str:
