@@ -74,6 +74,16 @@ def _register_others(bench_sub: Subparsers) -> None:
     peaks.add_argument("--steps", type=int, default=2, help="steps per row (the first untimed)")
     peaks.add_argument("--out", help="also write the JSON here")
     peaks.set_defaults(func=memory_bench)
+    presets = bench_sub.add_parser("recipes", help="the demo with each recipe, seeds, both modes")
+    presets.add_argument("--config", default="configs/tiny.yaml")
+    presets.add_argument("--recipes", default="default,dapo,gspo,dr_grpo",
+                         help="default (the config as it is) and recipe names")  # fmt: skip
+    presets.add_argument("--seeds", default="0,1,2")
+    presets.add_argument("--modes", default="sync,async")
+    presets.add_argument("--target", type=float, default=0.75, help="held-out accuracy to time")
+    presets.add_argument("--work-dir", default="runs/bench-recipes")
+    presets.add_argument("--out", help="also write the JSON here")
+    presets.set_defaults(func=recipes_bench)
     adapters = bench_sub.add_parser("adapters", help="LoRA's cost to decoding: peft layers/merged")
     adapters.add_argument("--config", default="configs/smollm2_lora.yaml")
     adapters.add_argument("--pairs", type=int, default=3, help="interleaved plain/adapters pairs")
@@ -143,6 +153,14 @@ def sim_check(args: argparse.Namespace) -> int:
     result = bench(Path(args.config), Path(args.profile), generators, args.rounds, args.steps,
                    Path(args.work_dir))  # fmt: skip
     return _emit(result, args)
+
+
+def recipes_bench(args: argparse.Namespace) -> int:
+    from llamarl.bench.recipes import bench
+
+    seeds = [int(seed) for seed in args.seeds.split(",")]
+    return _emit(bench(Path(args.config), args.recipes.split(","), seeds,
+                       args.modes.split(","), args.target, Path(args.work_dir)), args)  # fmt: skip
 
 
 def memory_bench(args: argparse.Namespace) -> int:
