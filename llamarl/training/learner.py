@@ -130,7 +130,8 @@ class Learner:
         device = self.policy.model.device  # where every micro-batch is computed
         advantages = group_advantages(rewards, algorithm.advantage).to(device)
         num_tokens = float(sum(float(g.completion_mask.sum()) for g in groups))
-        num_rows = sum(int(g.completion_ids.shape[0]) for g in groups)
+        # Rows in the loss: a completion overlong shaping drops has no real tokens.
+        num_rows = sum(int((g.completion_mask.sum(-1) > 0).sum()) for g in groups)
         stats = _StepStats()
         self.optimizer.zero_grad(set_to_none=True)
         ranks = self.ranks
