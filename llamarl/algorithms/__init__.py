@@ -1,1 +1,2 @@
-"""Pure tensor functions: group advantages and policy losses (AIPO, PPO-clip, REINFORCE)."""
+"""Pure functions: group advantages and policy losses (AIPO, PPO-clip, REINFORCE) on tensors,
+overlong shaping (DAPO) on a group's arrays."""

@@ -19,6 +19,7 @@ from llamarl.config.run import (
     unwritable_run_dir,
     writable_run_dir,
 )
+from llamarl.config.sampling import SamplingConfig
 from llamarl.config.sections import (
     BrokerConfig,
     GenerationConfig,
@@ -45,8 +46,8 @@ from llamarl.config.sync import (
 __all__ = [
     "AlgorithmConfig", "AutoSync", "BrokerConfig", "ConcreteSync", "FieldConflict",
     "GenerationConfig", "GlooSync", "LocalSync", "LoggingConfig", "LoraConfig", "ModelConfig", "NcclSync",
-    "RedisConfig", "RunConfig", "ShmSync", "StalenessConfig", "SyncConfig", "TaskConfig",
-    "TrainerConfig", "WorkersConfig", "apply_overrides", "dump_config", "env_overrides",
+    "RedisConfig", "RunConfig", "SamplingConfig", "ShmSync", "StalenessConfig", "SyncConfig",
+    "TaskConfig", "TrainerConfig", "WorkersConfig", "apply_overrides", "dump_config", "env_overrides",
     "load_config", "parse_config", "template_fields", "transport_name", "unwritable_run_dir",
     "writable_run_dir",
 ]  # fmt: skip

@@ -3,7 +3,8 @@
 config's own values, so anything the config or an override sets wins over the preset.
 
 - `dapo` (DAPO, Yu et al. 2025): PPO-clip with the decoupled range 0.8-1.28 (clip-higher),
-  token-mean aggregation over the batch, no KL.
+  token-mean aggregation over the batch, no KL, dynamic sampling (groups with equal rewards
+  skipped) and the overlong penalty over the last 20% of the length limit.
 - `gspo` (GSPO, Zheng et al. 2025): the sequence-level ratio (geometric mean of the token
   ratios) clipped at sequence level in 1 - 3e-4 .. 1 + 4e-4, sequences averaged.
 - `dr_grpo` (Dr. GRPO, Liu et al. 2025): advantages centred but not divided by the group's std,
@@ -21,6 +22,8 @@ RECIPES: dict[str, dict[str, Any]] = {
     "dapo": {
         "algorithm": {"loss": "ppo_clip", "clip_low": 0.8, "clip_high": 1.28,
                       "aggregation": "token_mean", "kl_coef": 0.0},
+        "sampling": {"dynamic_sampling": True, "overlong": "penalty", "overlong_band": 0.2,
+                     "overlong_penalty": 1.0},
     },
     "gspo": {
         "algorithm": {"loss": "ppo_clip", "ratio_level": "sequence", "clip_low": 1 - 3e-4,

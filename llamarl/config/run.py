@@ -14,6 +14,7 @@ from pydantic import Field, ValidationError, model_validator
 from llamarl.config.base import FieldConflict, _Section
 from llamarl.config.learning import AlgorithmConfig, TrainerConfig
 from llamarl.config.recipes import merged, with_recipe
+from llamarl.config.sampling import SamplingConfig
 from llamarl.config.sections import (
     BrokerConfig,
     GenerationConfig,
@@ -44,6 +45,7 @@ class RunConfig(_Section):
     task: TaskConfig = TaskConfig()
     generation: GenerationConfig = GenerationConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
+    sampling: SamplingConfig = SamplingConfig()
     trainer: TrainerConfig = TrainerConfig()
     staleness: StalenessConfig = StalenessConfig()
     sync: SyncConfig = AutoSync()
@@ -63,6 +65,16 @@ class RunConfig(_Section):
                 ("trainer.ranks", "trainer.prompts_per_step"),
                 f"{self.trainer.ranks} ranks share {self.trainer.prompts_per_step} groups a step; "
                 "every rank needs one at least",
+            )
+        generation = self.generation
+        if (
+            self.sampling.overlong != "off"
+            and generation.min_new_tokens >= generation.max_new_tokens
+        ):
+            raise FieldConflict(
+                ("sampling.overlong", "generation.min_new_tokens"),
+                f"with EOS banned for all {generation.max_new_tokens} tokens every completion is "
+                "truncated, so overlong shaping would treat them all alike",
             )
         model = self.model
         if model.lora is not None and self.trainer.sft_steps:

@@ -48,8 +48,9 @@ class TrainGroup:
 
     @property
     def width(self) -> int:
-        """Longest real completion of the group."""
-        return int(self.completion_mask.sum(-1).max())
+        """Longest real completion of the group, at least 1: a group whose completions are all
+        out of the loss (overlong shaping's drop) still takes a one-token pass, masked."""
+        return max(int(self.completion_mask.sum(-1).max()), 1)
 
 
 def micro_batches(groups: Sequence[TrainGroup], max_tokens: int) -> list[list[int]]:

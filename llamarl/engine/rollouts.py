@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from llamarl.algorithms.overlong import OverlongShaping
 from llamarl.engine.grouped import TrainGroup
 from llamarl.engine.model import Policy
 from llamarl.engine.sampling import SampleBatch
@@ -82,17 +83,29 @@ def oldest_version(group: RolloutGroup) -> int:
     return int(real.min()) if real.size else -1
 
 
-def train_group(scored: ScoredGroup) -> TrainGroup:
-    """The tensors the learner needs from one scored group (prompt kept unpadded)."""
+def shaped_rewards(scored: ScoredGroup, overlong: OverlongShaping | None = None) -> np.ndarray:
+    """The group's rewards after overlong shaping: those its advantages are computed from."""
+    rewards = scored.rewards.to_numpy().copy()
+    if overlong is None:
+        return rewards
+    return overlong.rewards(rewards, scored.group.completion_lengths.to_numpy())
+
+
+def train_group(scored: ScoredGroup, overlong: OverlongShaping | None = None) -> TrainGroup:
+    """The tensors the learner needs from one scored group (prompt kept unpadded), shaped by
+    `overlong` (a completion it leaves out of the loss has no real tokens)."""
     group = scored.group
     tokens = torch.from_numpy(group.completion_tokens.to_numpy().astype(np.int64))
     lengths = torch.from_numpy(group.completion_lengths.to_numpy().astype(np.int64))
     mask = (torch.arange(tokens.shape[1])[None, :] < lengths[:, None]).long()
+    if overlong is not None:
+        kept = overlong.in_loss(tokens.numpy(), lengths.numpy())
+        mask = mask * torch.from_numpy(kept)[:, None]
     behaviour = torch.from_numpy(group.behaviour_logprobs.to_numpy().copy())
     return TrainGroup(
         prompt_ids=torch.from_numpy(group.prompt_tokens.to_numpy().astype(np.int64)),
         completion_ids=torch.where(mask.bool(), tokens, 0),
         completion_mask=mask,
         behaviour_logprobs=torch.where(mask.bool(), behaviour, 0.0),
-        rewards=torch.from_numpy(scored.rewards.to_numpy().copy()),
+        rewards=torch.from_numpy(shaped_rewards(scored, overlong)),
     )

@@ -2,6 +2,9 @@
 run, placed in one process and run in lock step: generate a step's prompts -> score -> train ->
 publish, one version at a time (staleness 0).
 
+With dynamic sampling (`sampling.dynamic_sampling`) a step whose groups the trainer skipped is
+followed by another batch for the missing ones, as often as the cap on draws allows.
+
 Only the placement differs from an async run: the store is a `MemoryStore`, the bus a `MemoryHub`,
 and the weight transport the in-process one (the generator samples with the trainer's own model),
 which is what `llamarl bench async-vs-sync` compares. A sync run cannot be resumed, so it writes
@@ -20,6 +23,7 @@ from llamarl.errors import SyncError
 from llamarl.observe.progress import Progress
 from llamarl.roles import build
 from llamarl.roles.generator import Generator
+from llamarl.roles.reward import RewardScorer
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.roles.trainer import Trainer
 from llamarl.store import MemoryStore
@@ -56,6 +60,30 @@ def _generate(generator: Generator, trainer: Trainer, timeout_s: float) -> None:
         wait_ms = WAIT_MS
 
 
+def _fill_step(
+    generator: Generator, scorer: RewardScorer, trainer: Trainer, timeout_s: float
+) -> dict[str, float]:
+    """Generate and score batches until the trainer holds a step's groups; each batch after the
+    first replaces groups that dynamic sampling skipped. The phase seconds, summed."""
+    phases = {"generate_s": 0.0, "score_s": 0.0}
+    while True:
+        skipped = trainer.signal.num_skipped
+        started = time.monotonic()
+        _generate(generator, trainer, timeout_s)
+        generated = time.monotonic()
+        while scorer.score_waiting(0):
+            pass
+        phases["generate_s"] += generated - started
+        phases["score_s"] += time.monotonic() - generated
+        if trainer.gather(0):
+            return phases
+        if trainer.signal.num_skipped == skipped:  # short, and not by skipping
+            raise RuntimeError(
+                f"step {trainer.step + 1}: fewer scored groups than trainer.prompts_per_step "
+                f"reached the trainer (rejected: {trainer.runtime.store.rejected()})"
+            )
+
+
 def run_sync(config: RunConfig) -> dict[str, Any]:
     config = lock_step_config(config)
     store = MemoryStore()
@@ -86,20 +114,8 @@ def run_sync(config: RunConfig) -> dict[str, Any]:
         trainer.start()
         while not trainer.done:
             started = time.monotonic()
-            _generate(generator, trainer, config.sync.timeout_s)
-            generated = time.monotonic()
-            while scorer.score_waiting(0):
-                pass
-            scored = time.monotonic()
-            if not trainer.gather(0):
-                raise RuntimeError(
-                    f"step {trainer.step + 1}: fewer scored groups than trainer.prompts_per_step "
-                    f"reached the trainer (rejected: {store.rejected()})"
-                )
-            trainer.train_step(
-                {"generate_s": generated - started, "score_s": scored - generated},
-                step_started=started,
-            )
+            phases = _fill_step(generator, scorer, trainer, config.sync.timeout_s)
+            trainer.train_step(phases, step_started=started)
             progress.update(held_out=trainer.final_accuracy)
         return trainer.finish("sync")
     finally:

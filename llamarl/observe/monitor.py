@@ -1,9 +1,10 @@
 """`llamarl monitor`: watch a run from its Redis alone (any machine that reaches Redis).
 
 Prints the progress line (trainer step and version, reward, held-out accuracy, largest staleness,
-ticket ledger), one line per worker (role, status, alive or dead by heartbeat TTL, seconds since
-its last heartbeat, policy version) and the rejected-input counts, every `--interval` seconds;
-`--once` prints one snapshot and exits (scripts, health checks).
+ticket ledger; `skipped` once dynamic sampling has skipped a group), one line per worker (role,
+status, alive or dead by heartbeat TTL, seconds since its last heartbeat, policy version) and the
+rejected-input counts, every `--interval` seconds; `--once` prints one snapshot and exits
+(scripts, health checks).
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ def progress_line(store: Store, total_steps: int) -> str:
     status = trainer.get("status", "not started")
     phase = "" if status in ("running", "stopped") else f"trainer {status}  "
     held_out = trainer.get("held_out_accuracy")
+    skipped = f" skipped {ledger['skipped']}" if ledger["skipped"] else ""  # dynamic sampling's
     return (
         f"{phase}step {trainer.get('step', 0)}/{total_steps}"
         f"  version {trainer.get('policy_version', '-')}"
         f"  reward {float(trainer.get('reward_mean', 0)):.3f}"
         f"  held-out {'-' if held_out is None else f'{float(held_out):.3f}'}"
         f"  staleness max {trainer.get('max_staleness', 0)}"
-        f"  tickets issued {ledger['issued']} trained {ledger['trained']}"
+        f"  tickets issued {ledger['issued']} trained {ledger['trained']}{skipped}"
         f" stale {ledger['dropped_stale']} open {ledger['open']}"
     )
 

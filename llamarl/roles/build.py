@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from llamarl.algorithms.overlong import overlong_shaping
 from llamarl.bus import BusClient
 from llamarl.config import RunConfig, writable_run_dir
 from llamarl.curve import load_curve
@@ -249,7 +250,8 @@ def trainer_follower(config: RunConfig, ranks: TrainerRanks, store: RedisStore) 
     restored = checkpoints.load(latest) if latest is not None else None
     policy = restored.policy if restored is not None else make_policy(config.model, config.seed)
     policy = with_adapters(policy, config.model.lora, config.seed)
+    overlong = overlong_shaping(config.sampling, config.generation.max_new_tokens, policy.eos_id)
     return TrainerFollower(ranks, learner(config, policy, restored, ranks),
                            shard_publisher(config, ranks, None), store,
                            config.sync.timeout_s, held_out_evaluation(config, policy),
-                           checkpoints)  # fmt: skip
+                           checkpoints, overlong)  # fmt: skip

@@ -1,10 +1,10 @@
 """The trainer's own record of which prompt tickets have ended.
 
-Only the trainer ends tickets (as trained or dropped_stale), so after loading what Redis held at
-its start it knows every ended ticket without asking Redis again: a late duplicate of a ticket
-(a reissued lease whose first rollout arrived after all) is refused locally, with no round trip.
-It keeps a floor (every ticket below it has ended) and the ended ids above it, so its memory stays
-bounded by the tickets in flight; the floor is also the limit for compacting Redis.
+Only the trainer ends tickets (as trained, dropped_stale or skipped), so after loading what Redis
+held at its start it knows every ended ticket without asking Redis again: a late duplicate of a
+ticket (a reissued lease whose first rollout arrived after all) is refused locally, with no round
+trip. It keeps a floor (every ticket below it has ended) and the ended ids above it, so its
+memory stays bounded by the tickets in flight; the floor is also the limit for compacting Redis.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """The trainer: gather scored groups, enforce staleness, train, publish versions.
 
 A group whose oldest token is more than `max_staleness` versions behind the trainer's version at
-the time of use is dropped and its ticket ended as `dropped_stale`; every trained group ends its
-ticket as `trained` (exactly once, by the store's compare-and-set). Each trained group is also
+the time of use is dropped and its ticket ended as `dropped_stale`; with dynamic sampling a group
+with no signal is skipped and its ticket ended as `skipped` (`llamarl.roles.group_signal`); every
+trained group ends its ticket as `trained` (exactly once, by the store's compare-and-set), shaped
+by overlong shaping when it is on (`llamarl.algorithms.overlong`). Each trained group is also
 written to RUN_DIR/trained.jsonl (ticket, rollout id, staleness) so a run can be audited; the line
 is written before the ticket is ended, so a crash never ends a ticket that the journal lacks.
 Checkpoints and resume: `llamarl.roles.trainer_durability`. A new version is staged (one copy of
@@ -25,14 +27,16 @@ from typing import Any
 
 import structlog
 
+from llamarl.algorithms.overlong import overlong_shaping
 from llamarl.bus import Bus, WorkQueue
-from llamarl.engine.rollouts import oldest_version, train_group
+from llamarl.engine.rollouts import oldest_version, shaped_rewards, train_group
 from llamarl.errors import ProtocolError, SyncError
 from llamarl.observe.metric_sinks import make_metrics
 from llamarl.protocol import Control, ScoredGroup, VersionAnnouncement
 from llamarl.roles.admission import check_scored
 from llamarl.roles.background import LatestOnly
 from llamarl.roles.base import RoleResult
+from llamarl.roles.group_signal import SignalFilter
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.roles.ticket_book import TicketBook
 from llamarl.roles.trainer_durability import SAMPLES_LOG, Checkpointer, resume, rewind_logs
@@ -85,6 +89,13 @@ class Trainer:
         self.trained_log = (run_dir / "trained.jsonl").open("a")
         self.samples_log = (run_dir / SAMPLES_LOG).open("a")
         self.buffer: list[ScoredGroup] = []
+        config = runtime.config
+        self.overlong = overlong_shaping(
+            config.sampling, config.generation.max_new_tokens, self.policy.eos_id
+        )
+        self.signal = SignalFilter.of(config)
+        self.skipped: list[int] = []
+        """Tickets of the groups skipped since the last gather, to end in one round trip."""
         self.book = TicketBook()
         self.last: dict[str, Any] = {}
         self.rl_started = self.started
@@ -181,8 +192,9 @@ class Trainer:
 
     def admit(self, scored: ScoredGroup) -> None:
         """Buffer a scored group unless it fails the door's checks (`llamarl.roles.admission`,
-        counted by reason) or its ticket has ended or is buffered already (a late duplicate of a
-        reissued ticket; decided locally, see llamarl.roles.ticket_book)."""
+        counted by reason), its ticket has ended or is buffered already (a late duplicate of a
+        reissued ticket; decided locally, see llamarl.roles.ticket_book), or dynamic sampling
+        skips it (its ticket ends `skipped` at the end of the gather)."""
         try:
             check_scored(scored, self.vocab_size, self.policy_version)
         except ProtocolError as err:
@@ -195,7 +207,18 @@ class Trainer:
         ):
             self.runtime.count("duplicate_groups")
             return
+        if self.signal.skips(shaped_rewards(scored, self.overlong)):
+            self.skipped.append(ticket_id)
+            self.book.mark([ticket_id])
+            return
         self.buffer.append(scored)
+
+    def end_skipped(self) -> None:
+        if not self.skipped:
+            return
+        self.runtime.store.end_tickets([(i, "skipped") for i in self.skipped])
+        self.runtime.count("groups_skipped", len(self.skipped))
+        self.skipped = []
 
     def drop_stale(self) -> None:
         limit = self.runtime.config.staleness.max_staleness
@@ -209,13 +232,14 @@ class Trainer:
         self.runtime.count("dropped_stale", len(ids))
 
     def gather(self, timeout_ms: int) -> bool:
-        """Take the scored groups waiting (the first wait up to `timeout_ms`), drop the stale;
-        True when a step's worth is buffered."""
+        """Take the scored groups waiting (the first wait up to `timeout_ms`), end the skipped,
+        drop the stale; True when a step's worth is buffered."""
         assert self.scored is not None, "start() first"
         envelope = self.scored.recv(timeout_ms)
         while envelope is not None:
             self.admit(envelope.payload)
             envelope = self.scored.recv(0)
+        self.end_skipped()
         self.drop_stale()
         return len(self.buffer) >= self.runtime.config.trainer.prompts_per_step
 
@@ -235,8 +259,10 @@ class Trainer:
         if self.ranks is not None:
             self.ranks.send(Order("step", step=self.step + 1, groups=tuple(batch)))
         with runtime.keep_alive("running", beat_now=False):  # an LLM's step can outlast the TTL
-            record |= self.learner.step([train_group(item) for item in batch])
+            record |= self.learner.step([train_group(item, self.overlong) for item in batch])
         record["train_s"] = runtime.add_time("train_s", started)
+        if self.signal.enabled:
+            record["groups_skipped"] = self.signal.step_done()
         self.step += 1
         if self.step % config.sync.every_steps == 0:
             self.policy_version += 1

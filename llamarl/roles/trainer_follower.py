@@ -17,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from llamarl.algorithms.overlong import OverlongShaping
 from llamarl.engine.rollouts import train_group
 from llamarl.observe.progress import Listener
 from llamarl.roles.background import LatestOnly
@@ -41,6 +42,7 @@ class TrainerFollower:
         timeout_s: float,
         evaluate: Callable[[Listener | None], object],
         checkpoints: CheckpointStore,
+        overlong: OverlongShaping | None,
     ) -> None:
         self.ranks = ranks
         self.learner = learner
@@ -49,6 +51,8 @@ class TrainerFollower:
         self.timeout_s = timeout_s
         self.evaluate = evaluate
         self.checkpoints = checkpoints
+        self.overlong = overlong
+        """The run's overlong shaping, as rank 0 applies it: every rank shapes its groups alike."""
         self.steps = 0
         self.versions = LatestOnly("shard-publisher", self._publish, publisher.discard)
 
@@ -70,7 +74,7 @@ class TrainerFollower:
             if order.op == "stop":
                 break
             if order.op == "step":
-                self.learner.step([train_group(g) for g in order.groups])
+                self.learner.step([train_group(g, self.overlong) for g in order.groups])
                 self.steps += 1
             elif order.op == "publish":
                 self.versions.submit(self.publisher.stage(model, order.policy_version))

@@ -15,11 +15,11 @@ from llamarl.store.records import Ticket, WorkerBeat, WorkerInfo
 
 
 def admission_bound(policy_version: int, max_staleness: int, prompts_per_step: int) -> int:
-    """How many live tickets (issued, less dropped stale) the gate admits while generators hold
-    `policy_version`: every ticket up to the last step that may still train on rollouts of that
-    version. The one Python form of the bound: the memory store and the simulator use it, and
-    the Redis store's Lua script keeps its own copy, which the store contract checks against
-    this one."""
+    """How many live tickets (issued, less dropped stale and skipped) the gate admits while
+    generators hold `policy_version`: every ticket up to the last step that may still train on
+    rollouts of that version. The one Python form of the bound: the memory store and the
+    simulator use it, and the Redis store's Lua script keeps its own copy, which the store
+    contract checks against this one."""
     return (policy_version + max_staleness + 1) * prompts_per_step
 
 
@@ -70,10 +70,12 @@ class VersionGate(Protocol):
 
         First tickets whose lease has expired (earliest expiry first), each reissued with
         attempt + 1 and counted as `reissued`; the gate does not limit these. Then new tickets,
-        numbered consecutively from 0 with attempt 0, while `issued - dropped_stale` stays below
+        numbered consecutively from 0 with attempt 0, while `issued - dropped_stale - skipped`
+        (the live tickets: those ended untrained give their slot back) stays below
         `(v + max_staleness + 1) * prompts_per_step` and, when `total_tickets` > 0, below
         `total_tickets`. `v` is the published version (0 before any), lowered to the caller's
-        `policy_version` when that is given and older, less the skipped versions, never below 0.
+        `policy_version` when that is given and older, less the version numbers a resume skipped
+        (the offset), never below 0.
         So a claim never hands out work the caller's weights are too stale for, and a publish
         reopens the gate by `prompts_per_step` tickets per version.
         """
@@ -104,7 +106,7 @@ class Ledger(Protocol):
         reopened + 1). requeue=True gives it an already expired lease so the next claim reissues
         it; requeue=False leaves it open with no lease, since the caller holds its rollout. True
         when reopened or already open (then only the lease changes); False, changing nothing,
-        for a dropped, compacted or unknown ticket."""
+        for a dropped, skipped, compacted or unknown ticket."""
         ...
 
     def compact_tickets(self, limit: int) -> int:
@@ -119,11 +121,12 @@ class Ledger(Protocol):
 
     def ledger(self) -> dict[str, int]:
         """Every counter in LEDGER_FIELDS (0 before its first change) plus
-        `open = issued - trained - dropped_stale`."""
+        `open = issued - trained - dropped_stale - skipped`."""
         ...
 
     def ticket_state(self, ticket_id: int) -> str | None:
-        """`open`, `trained` or `dropped_stale`; None for a ticket never issued or compacted."""
+        """`open` or the ticket's outcome (one of OUTCOMES); None for a ticket never issued or
+        compacted."""
         ...
 
 

@@ -49,7 +49,9 @@ local loaded = tonumber(ARGV[7])
 if loaded >= 0 and loaded < version then version = loaded end
 version = math.max(version - tonumber(redis.call('GET', KEYS[7]) or '0'), 0)
 local issued = tonumber(redis.call('HGET', KEYS[2], 'issued') or '0')
+-- Dropped and skipped tickets give their slot back: neither is trained in a step.
 local dropped = tonumber(redis.call('HGET', KEYS[2], 'dropped_stale') or '0')
+  + tonumber(redis.call('HGET', KEYS[2], 'skipped') or '0')
 -- The Python form is store.interfaces.admission_bound (the store contract checks both agree).
 local bound = (version + tonumber(ARGV[3]) + 1) * tonumber(ARGV[4])
 local total = tonumber(ARGV[5])
@@ -120,7 +122,8 @@ REOPEN_TICKET = """
 -- KEYS: tickets, leases, lease_owner, ledger. ARGV: ticket_id, requeue (1 or 0)
 -- Puts a trained ticket whose update a trainer crash lost back to open. requeue=1 gives it an
 -- expired lease, so the next claim reissues it; requeue=0 leaves it without a lease because the
--- trainer holds its rollout. Returns 1 when reopened or already open, 0 when dropped or unknown.
+-- trainer holds its rollout. Returns 1 when reopened or already open, 0 when dropped, skipped or
+-- unknown.
 local state = redis.call('HGET', KEYS[1], ARGV[1])
 if state == 'trained' then
   redis.call('HSET', KEYS[1], ARGV[1], 'open')

@@ -19,7 +19,14 @@ from typing import Any
 
 from llamarl.errors import StaleVersionError
 from llamarl.store.interfaces import admission_bound
-from llamarl.store.records import LEDGER_FIELDS, OUTCOMES, Ticket, WorkerBeat, WorkerInfo
+from llamarl.store.records import (
+    LEDGER_FIELDS,
+    OUTCOMES,
+    Ticket,
+    WorkerBeat,
+    WorkerInfo,
+    open_tickets,
+)
 
 # A requeued ticket's lease has expired before any time the clock can tell.
 ALREADY_EXPIRED = float("-inf")
@@ -50,7 +57,7 @@ class MemoryStore:
         self._version_meta: dict[str, str] = {}
         self._version_shards: dict[int, dict[str, str]] = {}
         self._ledger = dict.fromkeys(LEDGER_FIELDS, 0)
-        self._tickets: dict[int, str] = {}  # ticket_id -> open | trained | dropped_stale
+        self._tickets: dict[int, str] = {}  # ticket_id -> open or its outcome
         self._attempts: dict[int, int] = {}
         self._floor = 0
         self._leases: dict[int, float] = {}  # open ticket_id -> lease expiry on `clock`
@@ -120,7 +127,9 @@ class MemoryStore:
             version = max(version - self._version_offset, 0)
             bound = admission_bound(version, max_staleness, prompts_per_step)
             while len(out) < count:
-                live = self._ledger["issued"] - self._ledger["dropped_stale"]
+                # Dropped and skipped tickets give their slot back: neither is trained in a step.
+                ledger = self._ledger
+                live = ledger["issued"] - ledger["dropped_stale"] - ledger["skipped"]
                 if live >= bound or (total_tickets > 0 and live >= total_tickets):
                     break
                 out.append(self._issue(expiry))
@@ -222,7 +231,7 @@ class MemoryStore:
     def ledger(self) -> dict[str, int]:
         with self._lock:
             counts = dict(self._ledger)
-        counts["open"] = counts["issued"] - counts["trained"] - counts["dropped_stale"]
+        counts["open"] = open_tickets(counts)
         return counts
 
     def ticket_state(self, ticket_id: int) -> str | None:

@@ -1,6 +1,7 @@
 """The plain values the store hands out and takes in, shared by every store implementation.
 
-`OUTCOMES` are the two ways a ticket ends; `LEDGER_FIELDS` are the run's ticket counters. The
+`OUTCOMES` are the ways a ticket ends (trained; dropped as too stale; skipped by dynamic
+sampling as a group with no signal); `LEDGER_FIELDS` are the run's ticket counters. The
 records are frozen dataclasses with no behaviour, so a store backend is the only thing that
 decides what they mean.
 """
@@ -10,8 +11,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-OUTCOMES = ("trained", "dropped_stale")
-LEDGER_FIELDS = ("issued", "trained", "dropped_stale", "reissued", "duplicate", "reopened")
+OUTCOMES = ("trained", "dropped_stale", "skipped")
+LEDGER_FIELDS = (
+    "issued",
+    "trained",
+    "dropped_stale",
+    "skipped",
+    "reissued",
+    "duplicate",
+    "reopened",
+)
+
+
+def open_tickets(counts: dict[str, int]) -> int:
+    """Issued tickets that have not ended, from the ledger's counts."""
+    return counts["issued"] - sum(counts[outcome] for outcome in OUTCOMES)
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,10 @@ Key schema (all under `llamarl:<run_id>:`; see docs/redis-keys.md):
   version_offset          string  published version less versions trained (set by each trainer resume)
   version                 hash    metadata of that version: num_bytes, checksum, transport, ...
   version_publish_id      string  id of the publish call that set it (a retried publish is a no-op)
-  ledger                  hash    issued, trained, dropped_stale, reissued, duplicate, reopened
-  tickets                 hash    ticket_id -> open | trained | dropped_stale (at or above the floor)
+  ledger                  hash    issued, trained, dropped_stale, skipped, reissued, duplicate,
+                                  reopened
+  tickets                 hash    ticket_id -> open | trained | dropped_stale | skipped (at or
+                                  above the floor)
   attempts                hash    ticket_id -> attempt number (0 first, +1 per reissue)
   ticket_floor            string  every ticket below it has ended; its entries were compacted
   leases                  zset    open ticket_id scored by lease expiry (Redis time, ms)
@@ -37,7 +39,14 @@ import structlog
 
 from llamarl.errors import StaleVersionError
 from llamarl.store import lua
-from llamarl.store.records import LEDGER_FIELDS, OUTCOMES, Ticket, WorkerBeat, WorkerInfo
+from llamarl.store.records import (
+    LEDGER_FIELDS,
+    OUTCOMES,
+    Ticket,
+    WorkerBeat,
+    WorkerInfo,
+    open_tickets,
+)
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -183,7 +192,7 @@ class RedisStore:
     def end_tickets(
         self, outcomes: Sequence[tuple[int, str]], heartbeat: WorkerBeat | None = None
     ) -> list[bool]:
-        """End tickets (`trained` or `dropped_stale`) exactly once each and, in the same round
+        """End tickets (one of OUTCOMES) exactly once each and, in the same round
         trip, write the caller's heartbeat. False for a ticket that had already ended (counted
         as duplicate); KeyError, before anything changes, for one that was never issued."""
         args: list[Any] = []
@@ -235,7 +244,7 @@ class RedisStore:
     def ledger(self) -> dict[str, int]:
         raw = self._call("ledger", lambda: self.client.hgetall(self.key("ledger")))
         counts = {name: int(raw.get(name, 0)) for name in LEDGER_FIELDS}
-        counts["open"] = counts["issued"] - counts["trained"] - counts["dropped_stale"]
+        counts["open"] = open_tickets(counts)
         return counts
 
     def ticket_state(self, ticket_id: int) -> str | None:

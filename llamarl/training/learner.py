@@ -145,7 +145,8 @@ class Learner:
         rewards = torch.stack([g.rewards for g in groups])
         device = self.policy.model.device  # where every micro-batch is computed
         num_tokens = float(sum(float(g.completion_mask.sum()) for g in groups))
-        num_rows = sum(int(g.completion_ids.shape[0]) for g in groups)
+        # Rows in the loss: a completion overlong shaping drops has no real tokens.
+        num_rows = sum(int((g.completion_mask.sum(-1) > 0).sum()) for g in groups)
         stats = _StepStats()
         ranks = self.ranks
         mine = ranks.mine(len(groups)) if ranks is not None else list(range(len(groups)))

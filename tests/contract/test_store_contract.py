@@ -1,7 +1,8 @@
 """The store contract (llamarl.store.interfaces), checked against every implementation: RedisStore
 on a real redis-server and the in-process MemoryStore.
 
-Versions only increase; the gate bounds claims by the staleness limit and a publish reopens it;
+Versions only increase; the gate bounds claims by the staleness limit, a publish reopens it and a
+ticket ended untrained (dropped stale or skipped) gives its slot back;
 an expired lease is reissued with the next attempt and the older attempt loses it; every ticket
 ends exactly once and the ledger balances; reopening, compaction, the worker registry, the run
 status and the rejection counters behave the same on both.
@@ -19,7 +20,7 @@ import pytest
 
 from brokers.redis_server import RedisServer
 from llamarl.errors import StaleVersionError
-from llamarl.store import Store, Ticket, WorkerBeat, admission_bound
+from llamarl.store import OUTCOMES, Store, Ticket, WorkerBeat, admission_bound
 from tests.contract.store_backends import KINDS, Backend, open_backend
 
 GATE: dict[str, Any] = {"lease_s": 60.0, "max_staleness": 1, "prompts_per_step": 5}
@@ -145,13 +146,15 @@ def test_concurrent_claims_never_exceed_the_gate(backend: Backend) -> None:
     assert store.ledger()["issued"] == bound + GATE["prompts_per_step"]
 
 
-def test_dropped_tickets_return_their_slot(backend: Backend) -> None:
+def test_dropped_and_skipped_tickets_return_their_slot(backend: Backend) -> None:
     store = backend.store
     tickets = claim_all(store, "w")
     assert len(tickets) == BOUND_AT_0
     end(store, tickets[0].ticket_id, "dropped_stale")
     end(store, tickets[1].ticket_id, "trained")
-    assert [t.ticket_id for t in claim_all(store, "w")] == [BOUND_AT_0], "trained frees nothing"
+    end(store, tickets[2].ticket_id, "skipped")
+    again = [t.ticket_id for t in claim_all(store, "w")]
+    assert again == [BOUND_AT_0, BOUND_AT_0 + 1], "trained frees nothing"
 
 
 def test_total_tickets_caps_the_run(backend: Backend) -> None:
@@ -162,6 +165,9 @@ def test_total_tickets_caps_the_run(backend: Backend) -> None:
     replacement = claim_one(store, "w", total_tickets=3)
     assert replacement is not None and replacement.ticket_id == 3, "a dropped ticket is redone"
     assert claim_one(store, "w", total_tickets=3) is None
+    end(store, 1, "skipped")
+    replacement = claim_one(store, "w", total_tickets=3)
+    assert replacement is not None and replacement.ticket_id == 4, "so is a skipped one"
 
 
 def test_gate_discounts_version_numbers_skipped_by_a_resume(backend: Backend) -> None:
@@ -255,16 +261,18 @@ def test_ending_is_exactly_once_and_writes_the_heartbeat(backend: Backend) -> No
                               "dropped_stale")], heartbeat=beat)  # fmt: skip
     assert ended == [True, True]
     assert store.end_tickets([(tickets[0].ticket_id, "trained")]) == [False]
-    assert store.end_tickets([(tickets[2].ticket_id, "trained")] * 2) == [True, False]
+    assert store.end_tickets([(tickets[2].ticket_id, "skipped")] * 2) == [True, False]
+    assert store.end_tickets([(tickets[2].ticket_id, "trained")]) == [False], "ended once"
     trainer = next(w for w in store.workers() if w.worker_id == "trainer")
     assert trainer.alive and trainer.fields["step"] == "7"
     assert [store.ticket_state(t.ticket_id) for t in tickets] == [
         "trained",
         "dropped_stale",
-        "trained",
+        "skipped",
     ]
     ledger = store.ledger()
-    assert (ledger["trained"], ledger["dropped_stale"], ledger["duplicate"]) == (2, 1, 2)
+    assert (ledger["trained"], ledger["dropped_stale"], ledger["skipped"]) == (1, 1, 1)
+    assert ledger["duplicate"] == 3 and ledger["open"] == 0
     assert store.ended_tickets() == (0, {t.ticket_id for t in tickets})
 
 
@@ -286,14 +294,16 @@ def test_a_bad_batch_ends_nothing(backend: Backend) -> None:
 def test_reopened_tickets_are_reissued_or_held(backend: Backend) -> None:
     store = backend.store
     store.publish_version(0, {})
-    held, requeued, dropped, still_open = (claim_one(store, "g0") for _ in range(4))
-    assert held and requeued and dropped and still_open
+    held, requeued, dropped, still_open, skipped = (claim_one(store, "g0") for _ in range(5))
+    assert held and requeued and dropped and still_open and skipped
     for ticket in (held, requeued):
         assert end(store, ticket.ticket_id, "trained")
     end(store, dropped.ticket_id, "dropped_stale")
+    end(store, skipped.ticket_id, "skipped")
     assert store.reopen_ticket(held.ticket_id, requeue=False)
     assert store.reopen_ticket(requeued.ticket_id, requeue=True)
     assert not store.reopen_ticket(dropped.ticket_id, requeue=True)
+    assert not store.reopen_ticket(skipped.ticket_id, requeue=False)
     assert not store.reopen_ticket(99, requeue=True)
     assert store.reopen_ticket(still_open.ticket_id, requeue=False), "already open"
     assert store.renew_leases([still_open], 60) == [False], "requeue=False takes the lease"
@@ -301,7 +311,7 @@ def test_reopened_tickets_are_reissued_or_held(backend: Backend) -> None:
     assert (ledger["trained"], ledger["reopened"], ledger["open"]) == (0, 2, 3)
     assert store.ticket_state(dropped.ticket_id) == "dropped_stale"
     again = store.claim_tickets("g1", 2, **GATE)
-    assert [(t.ticket_id, t.reissued) for t in again] == [(requeued.ticket_id, True), (4, False)]
+    assert [(t.ticket_id, t.reissued) for t in again] == [(requeued.ticket_id, True), (5, False)]
     assert end(store, held.ticket_id, "trained"), "a held ticket ends once more"
     assert store.ledger()["trained"] == 1
 
@@ -338,8 +348,9 @@ def _check_balance(store: Store) -> None:
     states = [store.ticket_state(i) for i in range(ledger["issued"])]
     assert None not in states
     assert ledger["open"] == states.count("open")
-    assert ledger["trained"] == states.count("trained")
-    assert ledger["dropped_stale"] == states.count("dropped_stale")
+    for outcome in OUTCOMES:
+        assert ledger[outcome] == states.count(outcome)
+    assert ledger["issued"] == sum(ledger[outcome] for outcome in OUTCOMES) + ledger["open"]
 
 
 def test_ledger_balances_after_any_mix_of_operations(backend: Backend) -> None:
@@ -352,7 +363,8 @@ def test_ledger_balances_after_any_mix_of_operations(backend: Backend) -> None:
             held += store.claim_tickets("g", rng.randint(1, 3), **GATE, total_tickets=60)
         elif action < 0.8 and held:
             ticket = held.pop(rng.randrange(len(held)))
-            end(store, ticket.ticket_id, rng.choice(["trained", "trained", "dropped_stale"]))
+            outcome = rng.choice(["trained", "trained", "dropped_stale", "skipped"])
+            end(store, ticket.ticket_id, outcome)
         elif action < 0.9:
             store.reopen_ticket(rng.randrange(step + 1), requeue=rng.random() < 0.5)
         else:
@@ -362,7 +374,8 @@ def test_ledger_balances_after_any_mix_of_operations(backend: Backend) -> None:
     _check_balance(store)
     ledger = store.ledger()
     assert ledger["reopened"] > 0 and ledger["reissued"] > 0 and ledger["duplicate"] > 0
-    assert ledger["issued"] - ledger["dropped_stale"] == 60, "total_tickets caps the live ones"
+    live = ledger["issued"] - ledger["dropped_stale"] - ledger["skipped"]
+    assert live == 60, "total_tickets caps the live ones"
 
 
 # -- registry, run status, rejections ---------------------------------------------------------

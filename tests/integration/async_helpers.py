@@ -135,5 +135,6 @@ def check_finished_run(summary: dict[str, Any], run_dir: Path, num_groups: int, 
     assert len({e["ticket_id"] for e in entries}) == num_groups, "a ticket trained twice"
     assert max(e["staleness"] for e in entries) <= k
     ledger = summary["ledger"]
-    assert ledger["issued"] == ledger["trained"] + ledger["dropped_stale"] + ledger["open"]
+    ended = ledger["trained"] + ledger["skipped"] + ledger["dropped_stale"]
+    assert ledger["issued"] == ended + ledger["open"]
     assert ledger["open"] == 0 and ledger["trained"] == num_groups

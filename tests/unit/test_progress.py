@@ -59,3 +59,11 @@ def test_the_progress_line_says_what_the_trainer_is_doing() -> None:
     store.heartbeat("t-1", 60, status="running", step=10, held_out_accuracy=0.5)
     assert progress_line(store, 10).startswith("step 10/10 ")
     assert "held-out 0.500" in progress_line(store, 10)
+
+
+def test_the_progress_line_counts_skipped_tickets_once_there_are_some() -> None:
+    store = MemoryStore()
+    store.claim_tickets("g", 3, lease_s=60, max_staleness=1, prompts_per_step=4)
+    assert "tickets issued 3 trained 0 stale 0 open 3" in progress_line(store, 10)
+    store.end_tickets([(0, "trained"), (1, "skipped")])
+    assert "tickets issued 3 trained 1 skipped 1 stale 0 open 1" in progress_line(store, 10)

@@ -23,6 +23,8 @@ def test_each_recipe_file_is_the_demo_with_its_preset(name: str) -> None:
     assert config.recipe == name
     for field, value in RECIPES[name]["algorithm"].items():
         assert getattr(config.algorithm, field) == value, field
+    if name == "dapo":
+        assert config.sampling.dynamic_sampling and config.sampling.overlong == "off"
     assert config.run_id != demo.run_id and config.run_dir != demo.run_dir
     assert config.model == demo.model and config.trainer == demo.trainer
     assert config.generation == demo.generation and config.task == demo.task
