@@ -8,7 +8,7 @@ each token's, or with `ratio_level: sequence` its sequence's geometric mean
 - AIPO (truncated importance sampling): -min(r, rho).detach() * A * log pi. The weight is a
   constant, so gradients flow only through log pi; with pi == mu it is exactly REINFORCE.
 - PPO-clip: -min(r A, clip(r, low, high) A), the range [1 - clip_eps, 1 + clip_eps] unless
-  `clip_low` / `clip_high` decouple it (DAPO); with sequence ratios it is GSPO.
+  `clip_low` / `clip_high` decouple it (DAPO); with sequence ratios and `sequence_mean` aggregation it is GSPO.
 - REINFORCE: -A * log pi.
 Then, per token: minus `entropy_coef` times the entropy (a bonus); plus `kl_coef` times the
 KL estimate to the reference (`llamarl.algorithms.kl`) when the KL is in the loss; and masked

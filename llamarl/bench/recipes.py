@@ -19,12 +19,13 @@ from typing import Any
 
 from llamarl.bench.async_vs_sync import run_once, time_to, warm_start
 from llamarl.bench.stats import median_time, spread
+from llamarl.config import parse_config
 from llamarl.config.recipes import RECIPES
 from llamarl.config.run import read_tree
 from llamarl.errors import ConfigError
 
 DEFAULT = "default"
-"""The config as it is, without a recipe."""
+"""The config as it is, less any recipe it names."""
 
 
 def describe(records: list[dict[str, Any]], summary: dict[str, Any], groups_per_step: int,
@@ -67,8 +68,8 @@ def bench(config_path: Path, recipes: list[str], seeds: list[int], modes: list[s
     if not modes or any(mode not in ("sync", "async") for mode in modes):
         raise ConfigError(f"--modes: {','.join(modes)}; use sync, async or sync,async")
     work_dir.mkdir(parents=True, exist_ok=True)
-    base = read_tree(config_path)
-    groups_per_step = int(base.get("trainer", {}).get("prompts_per_step", 16))
+    base = {key: value for key, value in read_tree(config_path).items() if key != "recipe"}
+    groups_per_step = parse_config(base).trainer.prompts_per_step
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {r: {m: [] for m in modes} for r in recipes}
     for seed in seeds:
         start = warm_start(base | {"seed": seed}, work_dir)

@@ -6,6 +6,12 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 
+def yaml_off(value: object) -> object:
+    """YAML 1.1 reads an unquoted `off` as false: for a field whose choices include "off", the
+    word it meant."""
+    return "off" if value is False else value
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
 

@@ -91,6 +91,12 @@ class AlgorithmConfig(_Section):
             raise FieldConflict(
                 ("kl_estimator", "kl_in", "kl_coef"), "the KL penalty is off; set kl_coef > 0"
             )
+        if self.kl_coef > 0 and self.kl_estimator == "k1" and self.kl_in == "loss":
+            raise FieldConflict(
+                ("kl_estimator", "kl_in"),
+                "k1's gradient is zero in expectation, so as a loss it only adds noise; use k1 "
+                "with kl_in: reward, or k2/k3 in the loss",
+            )
         if self.loss_constant is not None and self.aggregation != "constant_sum":
             raise FieldConflict(
                 ("loss_constant", "aggregation"), "loss_constant divides aggregation constant_sum"
@@ -106,6 +112,9 @@ class AlgorithmConfig(_Section):
 
 
 class TrainerConfig(_Section):
+    """Optimizer steps, learning-rate schedule, checkpoints, and how the trainer's ranks hold
+    the model."""
+
     lr: float = Field(5e-5, gt=0, le=1)
     """RL learning rate (RL wants a much smaller step than SFT); the schedule's peak."""
     lr_warmup_steps: int = Field(0, ge=0, le=10_000_000)
@@ -153,10 +162,10 @@ class TrainerConfig(_Section):
     (`fully_shard` per decoder layer, then the root) keeps 1/ranks of each on every rank, sends
     the generators each rank's own shards and checkpoints with torch.distributed.checkpoint."""
     reduce_gradients: Literal["step", "micro_batch"] = "step"
-    """When the ranks' gradients are reduced: once a step, in the last micro-batch's backward
-    (the least communication), or in every micro-batch's. With sharding fsdp, micro_batch keeps
-    only each rank's shard of the gradients between micro-batches (accumulating holds them whole):
-    the least memory, for a reduce-scatter a micro-batch."""
+    """fsdp: when the ranks' gradients are reduced: once a step, in the last micro-batch's
+    backward (the least communication), or in every micro-batch's (micro_batch), which keeps
+    only each rank's shard of the gradients between micro-batches where accumulating holds them
+    whole: the least memory, for a reduce-scatter a micro-batch. ddp reduces once a step."""
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass instead of keeping them
     (less memory, about a third more compute)."""
@@ -183,5 +192,11 @@ class TrainerConfig(_Section):
                 ("offload", "sharding", "device"),
                 "offload moves fsdp's state between a GPU and the CPU: it needs sharding fsdp "
                 "on device cuda",
+            )
+        if self.reduce_gradients == "micro_batch" and self.sharding != "fsdp":
+            raise FieldConflict(
+                ("reduce_gradients", "sharding"),
+                "reducing every micro-batch keeps only shards of the gradients, with fsdp; ddp "
+                "ranks hold whole gradients anyway and reduce once a step",
             )
         return self

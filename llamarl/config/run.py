@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
@@ -30,9 +30,9 @@ from llamarl.errors import ConfigError
 
 
 class RunConfig(_Section):
-    recipe: Literal["dapo", "gspo", "dr_grpo"] | None = None
-    """A preset of algorithm options laid under this config's own (`llamarl.config.recipes`):
-    dapo, gspo or dr_grpo; what the config or an override sets wins."""
+    recipe: str | None = None
+    """A preset of algorithm options laid under this config's own (`llamarl.config.recipes`:
+    dapo, gspo or dr_grpo); what the config or an override sets wins."""
     run_id: str = Field("llamarl", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     """Names the run; every Redis key is under llamarl:<run_id>:."""
     run_dir: str = "runs/llamarl"
@@ -65,6 +65,12 @@ class RunConfig(_Section):
                 ("trainer.ranks", "trainer.prompts_per_step"),
                 f"{self.trainer.ranks} ranks share {self.trainer.prompts_per_step} groups a step; "
                 "every rank needs one at least",
+            )
+        if self.sampling.dynamic_sampling and self.algorithm.kl_in == "reward":
+            raise FieldConflict(
+                ("sampling.dynamic_sampling", "algorithm.kl_in"),
+                "dynamic sampling skips groups whose task rewards are equal, but with the KL in "
+                "the reward such a group still has advantages; put the KL in the loss",
             )
         generation = self.generation
         if (
@@ -193,7 +199,7 @@ def read_tree(path: Path, including: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConfigError(f"{path}: include must be a file path")
     base = (path.parent / include).resolve()
     if base in including or base == path.resolve():
-        raise ConfigError(f"{path}: include {include} includes itself")
+        raise ConfigError(f"{path}: include {include} closes a cycle of includes")
     return merged(read_tree(base, (*including, path.resolve())), tree)
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from llamarl.config.base import _Section
+from llamarl.config.base import _Section, yaml_off
 
 
 class SamplingConfig(_Section):
@@ -34,3 +34,8 @@ class SamplingConfig(_Section):
     (1 - band) x max_new_tokens tokens, the whole penalty at max_new_tokens."""
     overlong_penalty: float = Field(1.0, gt=0, le=100)
     """The penalty at max_new_tokens tokens, in reward units."""
+
+    @field_validator("overlong", mode="before")
+    @classmethod
+    def _off(cls, value: object) -> object:
+        return yaml_off(value)

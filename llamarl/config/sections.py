@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from llamarl.config.base import FieldConflict, _Section
+from llamarl.config.base import FieldConflict, _Section, yaml_off
 
 
 class RedisConfig(_Section):
@@ -267,6 +267,11 @@ class LoggingConfig(_Section):
     RUN_DIR/wandb, to upload later with `wandb sync`; online needs WANDB_API_KEY."""
     wandb_project: str = Field("llamarl", pattern=r"^[A-Za-z0-9_.-]{1,128}$")
     """The W&B project the run is logged under (its name is run_id)."""
+
+    @field_validator("wandb", mode="before")
+    @classmethod
+    def _off(cls, value: object) -> object:
+        return yaml_off(value)
 
 
 class WorkersConfig(_Section):

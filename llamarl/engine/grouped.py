@@ -166,7 +166,8 @@ def grouped_logprobs(
 
 
 def _shared_prompt_logits(model: Any, batch: MicroBatch) -> torch.Tensor:
-    """(G * n, W) logits from the prompts' pass, with a cache, and the completions' pass."""
+    """(G * n, W) logits from the prompts' pass, with a cache, and the completions' pass (none
+    for one-token completions: never for FSDP ranks, whose passes must match one another's)."""
     prompt = model(input_ids=batch.prompt_ids, cache=_record_once(DynamicCache()), use_cache=True,
                    logits_to_keep=1)  # fmt: skip
     logits = prompt.logits[:, -1:].repeat_interleave(batch.num_samples, dim=0)

@@ -166,8 +166,9 @@ class Generator:
             runtime.beat(policy_version=self.policy_version)
             if runtime.stopping:
                 break
-            # After a claim that got nothing the gate is closed until a newer version: wait for
-            # its announcement instead of polling. Otherwise only look for one.
+            # After a claim that got nothing the gate is closed until a newer version (or, with
+            # dynamic sampling, a skipped ticket's slot coming back): wait up to WAIT_MS for an
+            # announcement instead of polling. Otherwise only look for one.
             wait_ms = 0 if self.step(wait_ms) else WAIT_MS
         groups = int(runtime.counters.get("groups", 0))
         return RoleResult(runtime.role, runtime.worker_id, groups)

@@ -207,7 +207,7 @@ class Trainer:
         ):
             self.runtime.count("duplicate_groups")
             return
-        if self.signal.skips(shaped_rewards(scored, self.overlong)):
+        if self.signal.enabled and self.signal.skips(shaped_rewards(scored, self.overlong)):
             self.skipped.append(ticket_id)
             self.book.mark([ticket_id])
             return

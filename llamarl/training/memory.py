@@ -26,8 +26,8 @@ ranks. One rank's peak on the host (trainer.device cpu) is the largest of three 
   each, frees a block's whole gradients as soon as its backward is done.
 
 Activations of a micro-batch that computes t tokens (each group's prompt once, or before each
-completion with fsdp, and the completions), c of them completions: t x L x (`LAYER_HIDDEN` x H + `LAYER_MLP` x I) x b held
-by the L decoder layers for and in the backward pass, and c x V x `LOGIT_COPIES` x 4 for the
+completion with fsdp, and the completions), c of them completions: t x L x (`LAYER_HIDDEN` x H
++ `LAYER_MLP` x I) x b held by the L decoder layers for and in the backward pass, and c x V x `LOGIT_COPIES` x 4 for the
 float32 logits, log-softmax, entropy terms and their gradients. Activation checkpointing keeps
 less per layer (`CHECKPOINT_HIDDEN`, `CHECKPOINT_MLP`), though not only each layer's input:
 measured, it saves about half of a layer's share here, as the shared prompt's pass and the

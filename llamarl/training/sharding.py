@@ -8,10 +8,10 @@ state. A block's weights are gathered for its forward and backward only. On CUDA
 compute in bfloat16 with float32 master weights and float32 gradient reduction, and
 `trainer.offload` keeps the state in CPU memory between uses. Sharded ranks take each block
 once per micro-batch (`one_pass`: the prompt repeated for each completion, `engine.grouped`), so
-a block's whole gradients are reduce-scattered and freed as soon as its backward is done. Either
-way the gradients are reduced once a step, in the last micro-batch's backward, or in every
-micro-batch's (`trainer.reduce_gradients`): with shards the latter keeps only each rank's shard
-of the gradients between micro-batches, where accumulating holds them whole.
+a block's whole gradients are reduce-scattered and freed as soon as its backward is done.
+Replicas reduce the gradients once a step, in the last micro-batch's backward; shards do too by
+default, or in every micro-batch's (`trainer.reduce_gradients: micro_batch`), which keeps only
+each rank's shard of the gradients between micro-batches where accumulating holds them whole.
 
 Activation checkpointing wraps each block (before sharding, so FSDP's hooks sit outside the
 recomputation, as torchtitan does): its activations are recomputed in the backward pass instead

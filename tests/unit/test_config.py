@@ -325,3 +325,40 @@ def test_constant_sum_divides_by_the_longest_completion_unless_told() -> None:
     assert dr_grpo.with_loss_constant(9).loss_constant == 9
     assert dr_grpo.model_copy(update={"loss_constant": 4}).with_loss_constant(9).loss_constant == 4
     assert AlgorithmConfig().with_loss_constant(9).loss_constant is None
+
+
+def test_reducing_every_micro_batch_is_refused_without_fsdp() -> None:
+    _refused(
+        {"trainer": {"ranks": 2, "reduce_gradients": "micro_batch"}},
+        "trainer.reduce_gradients, trainer.sharding: reducing every micro-batch keeps only shards "
+        "of the gradients, with fsdp; ddp ranks hold whole gradients anyway and reduce once a step",
+    )
+    trainer = {"ranks": 2, "sharding": "fsdp", "reduce_gradients": "micro_batch"}
+    assert parse_config({"trainer": trainer}, environ={}).trainer.reduce_gradients == "micro_batch"
+
+
+def test_k1_in_the_loss_and_dynamic_sampling_with_the_kl_in_the_reward_are_refused() -> None:
+    k1 = {"kl_coef": 0.1, "kl_estimator": "k1"}
+    _refused(
+        {"algorithm": k1},
+        "algorithm.kl_estimator, algorithm.kl_in: k1's gradient is zero in expectation, so as a "
+        "loss it only adds noise; use k1 with kl_in: reward, or k2/k3 in the loss",
+    )
+    in_reward = k1 | {"kl_in": "reward"}
+    assert parse_config({"algorithm": in_reward}, environ={}).algorithm.kl_in == "reward"
+    _refused(
+        {"algorithm": in_reward, "sampling": {"dynamic_sampling": True}},
+        "sampling.dynamic_sampling, algorithm.kl_in: dynamic sampling skips groups whose task "
+        "rewards are equal, but with the KL in the reward such a group still has advantages; put "
+        "the KL in the loss",
+    )
+
+
+def test_an_unquoted_off_means_off(tmp_path: Path) -> None:
+    """YAML 1.1 reads `off` as false; the fields that offer "off" take it as meant."""
+    path = tmp_path / "off.yaml"
+    path.write_text("sampling:\n  overlong: off\nlogging:\n  wandb: off\n")
+    config = load_config(path, environ={})
+    assert (config.sampling.overlong, config.logging.wandb) == ("off", "off")
+    overridden = parse_config({}, environ={"LLAMARL__SAMPLING__OVERLONG": "off"})
+    assert overridden.sampling.overlong == "off"

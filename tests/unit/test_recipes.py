@@ -70,7 +70,7 @@ def test_an_include_cycle_and_a_missing_include_are_refused(
     (tmp_path / "a.yaml").write_text("include: b.yaml\nrun_id: a\n")
     (tmp_path / "b.yaml").write_text("include: a.yaml\n")
     (tmp_path / "c.yaml").write_text("include: missing.yaml\n")
-    for name, message in [("a", "includes itself"), ("c", "missing.yaml: cannot read")]:
+    for name, message in [("a", "closes a cycle of includes"), ("c", "missing.yaml: cannot read")]:
         assert main(["config", "check", str(tmp_path / f"{name}.yaml")]) == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], lines
