@@ -106,17 +106,17 @@ def test_killed_ranks_restart_the_trainer_from_its_checkpoint(tmp_path: Path) ->
     """Rank 1 SIGKILLed, then (after the restart) rank 0: each kill takes torchrun's ranks down,
     the launcher restarts the trainer, both ranks resume from the checkpoint (FSDP shards, each
     rank reading its own part) and no version number is used twice."""
-    steps = 50
+    steps = 36
     config = write_config(
         tmp_path, "ranks-kill",
-        trainer={"ranks": 2, "num_steps": steps, "checkpoint_every": 10, "eval_every": 25,
+        trainer={"ranks": 2, "num_steps": steps, "checkpoint_every": 8, "eval_every": steps,
                  "sharding": "fsdp"},
     )  # fmt: skip
     run_dir = tmp_path / "ranks-kill"
     proc = launch(config)
     kills: list[tuple[int, int]] = []  # (steps recorded at the kill, versions used before it)
     try:
-        for rank, after in ((1, 15), (0, 32)):
+        for rank, after in ((1, 12), (0, 26)):
             records = wait_for_steps(run_dir, after, proc, timeout_s=300)
             os.kill(rank_pid(proc.pid, rank), signal.SIGKILL)
             kills.append((len(records), max(r["policy_version"] for r in records) + 1))
@@ -140,13 +140,13 @@ def test_a_two_rank_fsdp_run_stopped_resumes_on_one_rank(tmp_path: Path) -> None
     """Ctrl-C an fsdp run of two ranks, then `llamarl run --resume` with one: the one rank reads
     both ranks' shards (resharded on load) and the run completes, ledger balanced, every step
     once, versions only rising."""
-    steps = 30
-    trainer = {"num_steps": steps, "checkpoint_every": 5, "eval_every": 30, "sharding": "fsdp"}
+    steps = 20
+    trainer = {"num_steps": steps, "checkpoint_every": 4, "eval_every": steps, "sharding": "fsdp"}
     config = write_config(tmp_path, "reshard", trainer=trainer | {"ranks": 2})
     run_dir = tmp_path / "reshard"
     proc = launch(config)
     try:
-        wait_for_steps(run_dir, 12, proc, timeout_s=300)
+        wait_for_steps(run_dir, 9, proc, timeout_s=300)
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=120)
     finally:
