@@ -4,6 +4,7 @@ TensorBoard's own reader, and a W&B offline run directory (no network), carried 
 from __future__ import annotations
 
 import importlib.util
+import time
 from pathlib import Path
 
 import pytest
@@ -36,8 +37,14 @@ def test_tensorboard_gets_every_numeric_metric_at_its_step(tmp_path: Path) -> No
 def test_wandb_offline_writes_a_local_run_that_a_resume_continues(tmp_path: Path) -> None:
     config = parse_config({"run_id": "sinks", "run_dir": str(tmp_path),
                            "logging": {"wandb": "offline", "wandb_project": "test"}})  # fmt: skip
+    started = 0
     for records in (RECORDS[:2], RECORDS[2:]):  # a run, then its resume
+        # wandb names an offline run's directory by the second it starts: a resume in the same
+        # second as its run would share the directory, so it starts in the next second.
+        while int(time.time()) <= started:
+            time.sleep(0.01)
         metrics = make_metrics(config)
+        started = int(time.time())  # at or after the second its directory is named by
         for record in records:
             metrics.write(record)
         metrics.close()
