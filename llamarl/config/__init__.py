@@ -8,6 +8,7 @@ commands take the same overrides as `section.field=value` after the config (`app
 """
 
 from llamarl.config.base import FieldConflict
+from llamarl.config.environment import EnvironmentConfig
 from llamarl.config.learning import AlgorithmConfig, TrainerConfig
 from llamarl.config.run import (
     RunConfig,
@@ -44,7 +45,8 @@ from llamarl.config.sync import (
 )
 
 __all__ = [
-    "AlgorithmConfig", "AutoSync", "BrokerConfig", "ConcreteSync", "FieldConflict",
+    "AlgorithmConfig", "AutoSync", "BrokerConfig", "ConcreteSync", "EnvironmentConfig",
+    "FieldConflict",
     "GenerationConfig", "GlooSync", "LocalSync", "LoggingConfig", "LoraConfig", "ModelConfig", "NcclSync",
     "RedisConfig", "RunConfig", "SamplingConfig", "ShmSync", "StalenessConfig", "SyncConfig",
     "TaskConfig", "TrainerConfig", "WorkersConfig", "apply_overrides", "dump_config", "env_overrides",

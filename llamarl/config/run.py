@@ -12,6 +12,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from llamarl.config.base import FieldConflict, _Section
+from llamarl.config.environment import EnvironmentConfig
 from llamarl.config.learning import AlgorithmConfig, TrainerConfig
 from llamarl.config.recipes import merged, with_recipe
 from llamarl.config.sampling import SamplingConfig
@@ -51,6 +52,8 @@ class RunConfig(_Section):
     sync: SyncConfig = AutoSync()
     workers: WorkersConfig = WorkersConfig()
     logging: LoggingConfig = LoggingConfig()
+    environment: EnvironmentConfig = EnvironmentConfig()
+    """Multi-turn episodes with an environment and tools (null kind: single-turn)."""
 
     @model_validator(mode="after")
     def _sections_agree(self) -> RunConfig:
@@ -90,6 +93,8 @@ class RunConfig(_Section):
                 "be that one: warm-start first (`llamarl sft CONFIG --out DIR`), then set "
                 "model.path: DIR and trainer.sft_steps: 0",
             )
+        if self.environment.kind is not None:
+            self._episodes_agree()
         if model.path is None and self.generation.max_new_tokens >= model.max_position_embeddings:
             raise FieldConflict(
                 ("generation.max_new_tokens", "model.max_position_embeddings"),
@@ -97,6 +102,21 @@ class RunConfig(_Section):
                 f"{model.max_position_embeddings} positions",
             )
         return self
+
+    def _episodes_agree(self) -> None:
+        """What single-turn completions have and episodes do not: a position-wise EOS ban and
+        one completion length to shape rewards by."""
+        if self.generation.min_new_tokens:
+            raise FieldConflict(
+                ("generation.min_new_tokens", "environment.kind"),
+                "EOS ends each of an episode's turns; set generation.min_new_tokens: 0",
+            )
+        if self.sampling.overlong != "off":
+            raise FieldConflict(
+                ("sampling.overlong", "environment.kind"),
+                "an episode's length is its turns' and the environment's; bound it with "
+                "environment.max_tokens and set sampling.overlong: off",
+            )
 
 
 _ENV_ALIASES = {

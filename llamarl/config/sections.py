@@ -94,6 +94,9 @@ class ModelConfig(_Section):
     """MLP width of the built model."""
     max_position_embeddings: int = Field(64, ge=8, le=131072)
     """Longest prompt + completion the built model handles."""
+    extra_characters: str = Field("", max_length=200)
+    """Characters the built model's character tokenizer has besides digits, `+-*= ` (a tool
+    call's `<tool>{"calculator": ...}</tool>` needs `<>/{}":` and its letters)."""
     lora: LoraConfig | None = None
     """Train LoRA adapters on a frozen base instead of every weight (null: full fine-tuning).
     A version then carries the adapter tensors only; see docs/scaling-out.md, LoRA."""
@@ -145,6 +148,8 @@ class TaskConfig(_Section):
     """Built-in arithmetic task, or a prompt file."""
     num_digits: int = Field(2, ge=1, le=9)
     """Digits per operand of the arithmetic task."""
+    operation: Literal["+", "*"] = "+"
+    """The arithmetic task's operation: addition, or multiplication (`1234*5678=`)."""
     num_eval: int = Field(200, ge=1, le=100_000)
     """Held-out prompts used for accuracy."""
     path: str | None = None
@@ -202,6 +207,10 @@ class TaskConfig(_Section):
         if self.show_work and self.kind != "arithmetic":
             raise FieldConflict(
                 ("show_work", "kind"), f"show_work applies to kind arithmetic only, not {self.kind}"
+            )
+        if self.show_work and self.operation != "+":
+            raise FieldConflict(
+                ("show_work", "operation"), "worked answers are written for addition only"
             )
         if self.show_work and self.verifier == "exact_int":
             raise FieldConflict(

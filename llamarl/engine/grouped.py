@@ -40,7 +40,7 @@ class TrainGroup:
     completion_ids: torch.Tensor
     """(n, L) right-padded completion ids."""
     completion_mask: torch.Tensor
-    """(n, L) 1 on real completion tokens."""
+    """(n, L) 1 on the tokens in the loss: the model's (not an environment's, not padding)."""
     behaviour_logprobs: torch.Tensor
     """(n, L) log mu recorded by the generator (0 on padding)."""
     rewards: torch.Tensor
@@ -48,9 +48,11 @@ class TrainGroup:
 
     @property
     def width(self) -> int:
-        """Longest real completion of the group, at least 1: a group whose completions are all
-        out of the loss (overlong shaping's drop) still takes a one-token pass, masked."""
-        return max(int(self.completion_mask.sum(-1).max()), 1)
+        """Up to the last token in the loss, at least 1: a group whose completions are all out
+        of the loss (overlong shaping's drop) still takes a one-token pass, masked. An episode's
+        environment tokens before that are in the pass but not in the loss."""
+        in_loss = self.completion_mask.any(0).nonzero()
+        return int(in_loss[-1]) + 1 if in_loss.numel() else 1
 
 
 def micro_batches(groups: Sequence[TrainGroup], max_tokens: int) -> list[list[int]]:

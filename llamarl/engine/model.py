@@ -23,7 +23,7 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from llamarl.config import ModelConfig
-from llamarl.engine.tokenizer import build_char_tokenizer
+from llamarl.engine.tokenizer import CHARACTERS, build_char_tokenizer
 from llamarl.errors import ConfigError
 
 
@@ -55,7 +55,7 @@ class Policy:
 
 def build_policy(config: ModelConfig, seed: int) -> Policy:
     """A randomly initialised Llama of the configured size, with the char tokenizer."""
-    tokenizer = build_char_tokenizer()
+    tokenizer = build_char_tokenizer(CHARACTERS + config.extra_characters)
     llama = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=config.hidden_size,

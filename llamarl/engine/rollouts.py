@@ -6,16 +6,20 @@ The sync mode uses exactly these functions too, so it exercises the same path as
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from llamarl.algorithms.overlong import OverlongShaping
+from llamarl.engine.episodes import Episode
 from llamarl.engine.grouped import TrainGroup
 from llamarl.engine.model import Policy
 from llamarl.engine.sampling import SampleBatch
 from llamarl.protocol import RolloutGroup, ScoredGroup, TypedArray
+from llamarl.protocol.episodes import parse_episodes
 from llamarl.rewards.scorers import GroupScorer
 from llamarl.tasks import Example
 
@@ -73,8 +77,65 @@ def pack_groups(
 
 
 def score_group(group: RolloutGroup, scorer: GroupScorer) -> ScoredGroup:
+    """The group with its rewards: the scorer's, or for an episode the reward its environment
+    gave, where it gave one."""
     rewards = scorer.score(group)
-    return ScoredGroup(group=group, rewards=TypedArray.from_numpy(rewards), scorer=scorer.name)
+    name = scorer.name
+    if group.episodes:
+        given = [record["reward"] for record in episode_records(group)]
+        rewards = np.array([s if g is None else g for s, g in zip(rewards, given, strict=True)],
+                           dtype=np.float32)  # fmt: skip
+        name = "environment" if None not in given else f"environment+{name}"
+    return ScoredGroup(group=group, rewards=TypedArray.from_numpy(rewards), scorer=name)
+
+
+def pack_episodes(
+    episodes: Sequence[Episode],
+    examples: Sequence[Example],
+    tickets: Sequence[tuple[int, int]],
+) -> list[RolloutGroup]:
+    """One RolloutGroup per prompt from its n episodes (in order): their tokens after the
+    prompt right-padded, the environment's with version -1 and log-prob 0."""
+    n = len(episodes) // len(examples)
+    width = max(1, max(len(e.tokens) for e in episodes))
+    groups = []
+    for g, (example, (ticket_id, attempt)) in enumerate(zip(examples, tickets, strict=True)):
+        rows = episodes[g * n : (g + 1) * n]
+        tokens = np.zeros((n, width), dtype=np.int32)
+        logprobs = np.zeros((n, width), dtype=np.float32)
+        versions = np.full((n, width), -1, dtype=np.int32)
+        for i, episode in enumerate(rows):
+            size = len(episode.tokens)
+            tokens[i, :size], logprobs[i, :size] = episode.tokens, episode.logprobs
+            versions[i, :size] = episode.versions
+        finals = [(e.model_texts() or [""])[-1] for e in rows]
+        groups.append(
+            RolloutGroup(
+                rollout_id=f"{ticket_id}.{attempt}",
+                ticket_id=ticket_id,
+                attempt=attempt,
+                prompt_index=example.index,
+                prompt=example.prompt,
+                answer=example.answer,
+                prompt_tokens=TypedArray.from_numpy(np.array(rows[0].prompt, dtype=np.int32)),
+                completion_tokens=TypedArray.from_numpy(tokens),
+                completion_lengths=TypedArray.from_numpy(
+                    np.array([len(e.tokens) for e in rows], dtype=np.int32)
+                ),
+                behaviour_logprobs=TypedArray.from_numpy(logprobs),
+                token_versions=TypedArray.from_numpy(versions),
+                completions=TypedArray.from_numpy(
+                    np.frombuffer("\0".join(finals).encode(), dtype=np.uint8)
+                ),
+                episodes=json.dumps([e.record() for e in rows]),
+            )
+        )
+    return groups
+
+
+def episode_records(group: RolloutGroup) -> list[dict[str, Any]]:
+    """The group's episode records (turns, reward, end); ProtocolError when malformed."""
+    return parse_episodes(group.episodes, group.completion_lengths.shape[0])
 
 
 def oldest_version(group: RolloutGroup) -> int:
@@ -97,14 +158,16 @@ def train_group(scored: ScoredGroup, overlong: OverlongShaping | None = None) ->
     group = scored.group
     tokens = torch.from_numpy(group.completion_tokens.to_numpy().astype(np.int64))
     lengths = torch.from_numpy(group.completion_lengths.to_numpy().astype(np.int64))
-    mask = (torch.arange(tokens.shape[1])[None, :] < lengths[:, None]).long()
+    real = torch.arange(tokens.shape[1])[None, :] < lengths[:, None]
+    # The loss covers the model's tokens only: an environment's (version -1) are context.
+    mask = (real & torch.from_numpy(group.token_versions.to_numpy() >= 0)).long()
     if overlong is not None:
         kept = overlong.in_loss(tokens.numpy(), lengths.numpy())
         mask = mask * torch.from_numpy(kept)[:, None]
     behaviour = torch.from_numpy(group.behaviour_logprobs.to_numpy().copy())
     return TrainGroup(
         prompt_ids=torch.from_numpy(group.prompt_tokens.to_numpy().astype(np.int64)),
-        completion_ids=torch.where(mask.bool(), tokens, 0),
+        completion_ids=torch.where(real, tokens, 0),
         completion_mask=mask,
         behaviour_logprobs=torch.where(mask.bool(), behaviour, 0.0),
         rewards=torch.from_numpy(shaped_rewards(scored, overlong)),

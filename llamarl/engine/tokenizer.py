@@ -14,7 +14,8 @@ CHARACTERS = "0123456789+-*= "
 
 
 def build_char_tokenizer(characters: str = CHARACTERS) -> PreTrainedTokenizerFast:
-    vocab = {PAD: 0, EOS: 1} | {ch: i + 2 for i, ch in enumerate(characters)}
+    unique = dict.fromkeys(characters)  # each once, in order
+    vocab = {PAD: 0, EOS: 1} | {ch: i + 2 for i, ch in enumerate(unique)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=PAD))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()

@@ -2,8 +2,9 @@
 run, placed in one process and run in lock step: generate a step's prompts -> score -> train ->
 publish, one version at a time (staleness 0).
 
-With dynamic sampling (`sampling.dynamic_sampling`) a step whose groups the trainer skipped is
-followed by another batch for the missing ones, as often as the cap on draws allows.
+A step whose groups the trainer skipped (dynamic sampling, `sampling.dynamic_sampling`, as often
+as its cap on draws allows; or an episode's environment raised) is followed by another batch for
+the missing ones.
 
 Only the placement differs from an async run: the store is a `MemoryStore`, the bus a `MemoryHub`,
 and the weight transport the in-process one (the generator samples with the trainer's own model),
@@ -67,7 +68,7 @@ def _fill_step(
     first replaces groups that dynamic sampling skipped. The phase seconds, summed."""
     phases = {"generate_s": 0.0, "score_s": 0.0}
     while True:
-        skipped = trainer.signal.num_skipped
+        set_aside = trainer.num_set_aside
         started = time.monotonic()
         _generate(generator, trainer, timeout_s)
         generated = time.monotonic()
@@ -77,7 +78,7 @@ def _fill_step(
         phases["score_s"] += time.monotonic() - generated
         if trainer.gather(0):
             return phases
-        if trainer.signal.num_skipped == skipped:  # short, and not by skipping
+        if trainer.num_set_aside == set_aside:  # short, and not by skipping
             raise RuntimeError(
                 f"step {trainer.step + 1}: fewer scored groups than trainer.prompts_per_step "
                 f"reached the trainer (rejected: {trainer.runtime.store.rejected()})"

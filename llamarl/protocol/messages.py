@@ -1,7 +1,7 @@
 """Message kinds and the envelope every message crossing a process boundary travels in.
 
-A rollout travels as one group: the n completions of one prompt ticket, padded to a common length,
-with the behaviour log-prob and the policy version of every generated token.
+A rollout travels as one group: the n completions (or episodes) of one prompt ticket, padded to a
+common length, with the behaviour log-prob and the policy version of every generated token.
 """
 
 from __future__ import annotations
@@ -36,7 +36,11 @@ class RolloutGroup:
     token_versions: TypedArray
     """int32 (n, L), policy version of the weights that produced each token."""
     completions: TypedArray
-    """uint8 (bytes), the decoded completion texts joined by NUL."""
+    """uint8 (bytes), the decoded completion texts joined by NUL (an episode's: its model's
+    last turn)."""
+    episodes: str = ""
+    """Multi-turn only: JSON, one record per completion (its turns, the environment's reward or
+    null, and why it ended). The tokens the environment wrote have version -1 and log-prob 0."""
 
 
 @dataclass(frozen=True)

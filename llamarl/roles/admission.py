@@ -6,7 +6,9 @@ weights. The wire schema already holds the types; this checks what the trainer r
   within [0, L];
 - every prompt and completion token id is inside the model's vocabulary;
 - every behaviour log-prob of a real token is finite and not above 0; every reward is finite;
-- no real token claims a policy version the trainer has not published yet (or below 0).
+- no real token claims a policy version the trainer has not published yet (or below 0); only
+  an episode has tokens of version -1 (its environment's), and those carry no log-prob;
+- an episode group's records parse (`llamarl.protocol.episodes`).
 
 A refused group raises `ProtocolError` naming the reason; the trainer counts it and leaves its
 ticket open, so the ticket's lease lapses and another generator redoes it.
@@ -18,6 +20,7 @@ import numpy as np
 
 from llamarl.errors import ProtocolError
 from llamarl.protocol import ScoredGroup
+from llamarl.protocol.episodes import parse_episodes
 
 
 def check_scored(scored: ScoredGroup, vocab_size: int, policy_version: int) -> None:
@@ -47,8 +50,14 @@ def check_scored(scored: ScoredGroup, vocab_size: int, policy_version: int) -> N
     if not np.isfinite(rewards).all():
         raise ProtocolError("bad_reward", "rewards must be finite")
     made_by = versions[real]
-    if made_by.size and (made_by.min() < 0 or made_by.max() > policy_version):
+    if made_by.size and (made_by.min() < -1 or made_by.max() > policy_version):
         raise ProtocolError(
             "bad_version", f"tokens of versions {made_by.min()}..{made_by.max()}, trainer at "
                            f"{policy_version}"
         )  # fmt: skip
+    if (logprobs[real & (versions < 0)] != 0).any():
+        raise ProtocolError("bad_logprob", "a token the model did not write has a log-prob")
+    if group.episodes:
+        parse_episodes(group.episodes, num_samples)
+    elif made_by.size and made_by.min() < 0:
+        raise ProtocolError("bad_version", "a single-turn completion has a token of version -1")

@@ -19,7 +19,9 @@ from llamarl.bus import BusClient
 from llamarl.config import RunConfig, writable_run_dir
 from llamarl.curve import load_curve
 from llamarl.engine.adapters import with_adapters
+from llamarl.engine.episodes import EpisodeRunner
 from llamarl.engine.model import Policy, make_policy, place
+from llamarl.envs.registry import EnvFactory
 from llamarl.errors import ConfigError
 from llamarl.limits import RejectHook, Rejections
 from llamarl.net import BrokerEndpoints
@@ -37,7 +39,7 @@ from llamarl.roles.trainer_follower import TrainerFollower
 from llamarl.store import RedisStore, RejectCounts
 from llamarl.tasks import make_prompt_set
 from llamarl.training.checkpoint import CheckpointStore, Restored
-from llamarl.training.evaluate import Evaluation, evaluate
+from llamarl.training.evaluate import Evaluation, evaluate, evaluate_episodes
 from llamarl.training.learner import Learner
 from llamarl.training.parallel import TrainerRanks
 from llamarl.training.sft import starting_policy
@@ -118,7 +120,16 @@ def generator(
         make_prompt_set(config.task, config.seed),
         receiver,
         torch.Generator(device=config.generation.device).manual_seed(seed),
+        episode_runner(config, policy),
     )
+
+
+def episode_runner(config: RunConfig, policy: Policy) -> EpisodeRunner | None:
+    """What plays `policy`'s episodes in the configured environment (None: single-turn)."""
+    if config.environment.kind is None:
+        return None
+    factory = EnvFactory(config.environment, make_verifier(config.task.verifier))
+    return EpisodeRunner(policy, factory, config.environment)
 
 
 def reward(runtime: RoleRuntime) -> RewardScorer:
@@ -234,6 +245,15 @@ def held_out_evaluation(
     held_out = make_prompt_set(config.task, config.seed).eval_items()
     verifier = make_verifier(config.task.verifier)
     gen = config.generation
+    runner = episode_runner(config, policy)
+    if runner is not None:
+        with_env = runner
+
+        def run_episodes(listener: Listener | None) -> Evaluation:
+            return evaluate_episodes(with_env, held_out, verifier, gen.max_new_tokens,
+                                     listener=listener)  # fmt: skip
+
+        return run_episodes
 
     def run(listener: Listener | None) -> Evaluation:
         return evaluate(policy, held_out, verifier, gen.max_new_tokens, gen.min_new_tokens,

@@ -6,23 +6,29 @@ the fallback, for an announcement a subscriber missed) and pulls each one throug
 receiver, verified before the swap; a failed pull keeps the old weights and is retried. Tickets
 are claimed through the store's staleness gate for the version it has actually loaded, so it never
 samples work that its weights are too old for; when the gate is closed it waits on the next
-announcement instead of polling. Every token is tagged with the version that produced it.
+announcement instead of polling. Every token is tagged with the version that produced it: with an
+environment (multi-turn episodes, `llamarl.engine.episodes`) a version announced between two
+turns is taken up before the next, so an episode's later turns may be newer than its first; the
+staleness gate and the trainer judge it by its oldest token.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
 import structlog
 import torch
 
+from llamarl.engine.episodes import EpisodeRunner, Sampling
 from llamarl.engine.model import Policy
-from llamarl.engine.rollouts import pack_groups
+from llamarl.engine.rollouts import pack_episodes, pack_groups
 from llamarl.engine.sampling import sample
 from llamarl.errors import SyncError
-from llamarl.protocol import VersionAnnouncement
+from llamarl.protocol import RolloutGroup, VersionAnnouncement
 from llamarl.roles.base import RoleResult
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.store import Ticket
-from llamarl.tasks import PromptSet
+from llamarl.tasks import Example, PromptSet
 from llamarl.topics import ROLLOUTS, VERSIONS
 from llamarl.weightsync import WeightReceiver
 
@@ -51,8 +57,11 @@ class Generator:
         prompt_set: PromptSet,
         receiver: WeightReceiver,
         rng: torch.Generator,
+        episodes: EpisodeRunner | None = None,
     ) -> None:
         self.runtime = runtime
+        self.episodes = episodes
+        """Plays multi-turn episodes (environment.kind); None samples one completion each."""
         self.policy = policy
         self.prompt_set = prompt_set
         self.receiver = receiver
@@ -107,11 +116,25 @@ class Generator:
             policy_version=self.policy_version,
         )
 
-    def generate(self, tickets: list[Ticket]) -> None:
-        runtime = self.runtime
-        gen = runtime.config.generation
-        started = runtime.clock()
-        examples = [self.prompt_set.train_item(t.ticket_id) for t in tickets]
+    def completions(
+        self, examples: list[Example], pairs: list[tuple[int, int]]
+    ) -> tuple[list[RolloutGroup], int]:
+        """One group per example, and the tokens the model wrote for them."""
+        gen = self.runtime.config.generation
+        if self.episodes is not None:
+            episodes = self.episodes.run(
+                examples,
+                gen.num_samples,
+                Sampling(gen.max_new_tokens, gen.temperature, gen.top_p, self.rng),
+                version=lambda: self.policy_version,
+                before_turn=self.take_up_newer,
+            )
+            self.runtime.count("episode_turns", sum(e.num_model_turns for e in episodes))
+            ends = Counter(e.end for e in episodes)
+            for reason in ("env_error", "env_timeout"):
+                self.runtime.count(f"episodes_{reason}", ends[reason])
+            written = sum(sum(v >= 0 for v in e.versions) for e in episodes)
+            return pack_episodes(episodes, examples, pairs), written
         batch = sample(
             self.policy,
             [self.policy.encode_prompt(e.prompt) for e in examples],
@@ -122,10 +145,26 @@ class Generator:
             top_p=gen.top_p,
             generator=self.rng,
         )
+        groups = pack_groups(self.policy, batch, examples, pairs, self.policy_version)
+        return groups, int(batch.completion_mask.sum())
+
+    def take_up_newer(self) -> None:
+        """Between an episode's turns: swap in a version announced meanwhile, so the next turns
+        are sampled with it (each token keeps the version that sampled it)."""
+        meta = self.newest_announced(0)
+        if meta is not None:
+            started = self.runtime.clock()
+            self.sync_weights(meta)
+            self.runtime.add_time("sync_s", started)
+
+    def generate(self, tickets: list[Ticket]) -> None:
+        runtime = self.runtime
+        started = runtime.clock()
+        examples = [self.prompt_set.train_item(t.ticket_id) for t in tickets]
+        pairs = [(t.ticket_id, t.attempt) for t in tickets]
+        groups, num_tokens = self.completions(examples, pairs)
         runtime.add_time("sample_s", started)
         started = runtime.clock()
-        pairs = [(t.ticket_id, t.attempt) for t in tickets]
-        groups = pack_groups(self.policy, batch, examples, pairs, self.policy_version)
         # A lease lost meanwhile was reissued to another generator: its result would only be a
         # duplicate, so it is not sent.
         held = runtime.store.renew_leases(tickets, runtime.config.staleness.lease_s)
@@ -135,7 +174,7 @@ class Generator:
         runtime.add_time("publish_s", started)
         runtime.count("leases_lost", held.count(False))
         runtime.count("groups", len(tickets))
-        runtime.count("generated_tokens", int(batch.completion_mask.sum()))
+        runtime.count("generated_tokens", num_tokens)
 
     def step(self, wait_ms: int) -> bool:
         """Take up a newer version if one is announced (waiting up to `wait_ms`), then claim and

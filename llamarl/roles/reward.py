@@ -5,6 +5,7 @@ trainer."""
 from __future__ import annotations
 
 from llamarl.engine.rollouts import score_group
+from llamarl.errors import ProtocolError
 from llamarl.rewards.scorers import GroupScorer
 from llamarl.roles.base import RoleResult
 from llamarl.roles.runtime import RoleRuntime
@@ -28,9 +29,13 @@ class RewardScorer:
         scored = 0
         while scored < MAX_BATCH and (envelope := self.rollouts.recv(timeout_ms)) is not None:
             runtime.timer.busy()
-            result = score_group(envelope.payload, self.scorer)
-            runtime.bus.push(SCORED, result, envelope.policy_version)
-            runtime.count("scored")
+            try:
+                result = score_group(envelope.payload, self.scorer)
+            except ProtocolError as err:  # malformed episode records: rejected and counted
+                runtime.rejections.record(err.reason, str(err))
+            else:
+                runtime.bus.push(SCORED, result, envelope.policy_version)
+                runtime.count("scored")
             runtime.timer.idle()
             scored += 1
             timeout_ms = 0

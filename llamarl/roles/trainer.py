@@ -29,7 +29,7 @@ import structlog
 
 from llamarl.algorithms.overlong import overlong_shaping
 from llamarl.bus import Bus, WorkQueue
-from llamarl.engine.rollouts import oldest_version, shaped_rewards, train_group
+from llamarl.engine.rollouts import episode_records, oldest_version, shaped_rewards, train_group
 from llamarl.errors import ProtocolError, SyncError
 from llamarl.observe.metric_sinks import make_metrics
 from llamarl.protocol import Control, ScoredGroup, VersionAnnouncement
@@ -96,6 +96,9 @@ class Trainer:
         self.signal = SignalFilter.of(config)
         self.skipped: list[int] = []
         """Tickets of the groups skipped since the last gather, to end in one round trip."""
+        self.num_set_aside = 0
+        """Groups ended `skipped` so far: by dynamic sampling, or because an environment
+        raised in one of their episodes."""
         self.book = TicketBook()
         self.last: dict[str, Any] = {}
         self.rl_started = self.started
@@ -194,7 +197,8 @@ class Trainer:
         """Buffer a scored group unless it fails the door's checks (`llamarl.roles.admission`,
         counted by reason), its ticket has ended or is buffered already (a late duplicate of a
         reissued ticket; decided locally, see llamarl.roles.ticket_book), or dynamic sampling
-        skips it (its ticket ends `skipped` at the end of the gather)."""
+        skips it or one of its episodes' environment raised (its ticket ends `skipped` at the end
+        of the gather, and the gate draws a new prompt in its place)."""
         try:
             check_scored(scored, self.vocab_size, self.policy_version)
         except ProtocolError as err:
@@ -207,9 +211,17 @@ class Trainer:
         ):
             self.runtime.count("duplicate_groups")
             return
-        if self.signal.enabled and self.signal.skips(shaped_rewards(scored, self.overlong)):
+        failed = scored.group.episodes and any(
+            record["end"] == "env_error" for record in episode_records(scored.group)
+        )
+        if failed:  # an environment raised: the group is set aside and its prompt drawn anew
+            self.runtime.count("groups_env_error")
+        if failed or (
+            self.signal.enabled and self.signal.skips(shaped_rewards(scored, self.overlong))
+        ):
             self.skipped.append(ticket_id)
             self.book.mark([ticket_id])
+            self.num_set_aside += 1
             return
         self.buffer.append(scored)
 

@@ -1,4 +1,5 @@
-"""Seeded multi-digit addition. The held-out pairs never appear in training.
+"""Seeded multi-digit addition (or multiplication, `operation="*"`). The held-out pairs never
+appear in training.
 
 Two formats. Plain: `a+b=` -> `a+b` (the answer alone). Worked (`show_work`): operands
 zero-padded to `num_digits`, and the answer written out column by column from the right with
@@ -42,8 +43,10 @@ class ArithmeticTask:
         seed: int,
         show_work: bool = False,
         prompt_template: str | None = None,
+        operation: str = "+",
     ) -> None:
         self.num_digits = num_digits
+        self.operation = operation
         self.prompt_template = prompt_template
         self.limit = 10**num_digits
         self.show_work = show_work
@@ -61,13 +64,14 @@ class ArithmeticTask:
 
     def _prompt(self, a: str, b: str) -> str:
         if self.prompt_template is None:
-            return f"{a}+{b}="
+            return f"{a}{self.operation}{b}="
         return self.prompt_template.format(a=a, b=b)
 
     def _example(self, index: int, a: int, b: int) -> Example:
-        answer = str(a + b)
+        answer = str(a * b if self.operation == "*" else a + b)
         if not self.show_work:
-            return Example(index=index, prompt=self._prompt(str(a), str(b)), answer=answer)
+            prompt = self._prompt(str(a), str(b))
+            return Example(index, prompt, answer, expression=f"{a}{self.operation}{b}")
         width = self.num_digits
         return Example(
             index=index,

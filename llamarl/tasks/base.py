@@ -15,6 +15,8 @@ class Example:
     """The reference the verifier scores against."""
     solution: str | None = None
     """What supervised warm-start teaches the model to write; None means `answer` itself."""
+    expression: str | None = None
+    """The arithmetic behind the question (`1234*5678`), for a calculator's demonstrations."""
 
     @property
     def target(self) -> str:

@@ -12,7 +12,12 @@ from llamarl.tasks.files import FilePromptSet
 def make_prompt_set(config: TaskConfig, seed: int) -> PromptSet:
     if config.kind == "arithmetic":
         return ArithmeticTask(
-            config.num_digits, config.num_eval, seed, config.show_work, config.prompt_template
+            config.num_digits,
+            config.num_eval,
+            seed,
+            config.show_work,
+            config.prompt_template,
+            config.operation,
         )
     # TaskConfig refuses a file kind without a path.
     assert config.path is not None

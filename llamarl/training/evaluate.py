@@ -1,5 +1,6 @@
-"""Held-out accuracy: greedy completions of the held-out prompts, scored by the task verifier,
-with the first few completions kept to show."""
+"""Held-out accuracy: greedy completions (or episodes) of the held-out prompts, scored by the
+task verifier, with the first few kept to show. An episode is judged by its model's last turn;
+its first turn's accuracy is kept too (for `retry`: right at the first try)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llamarl.engine.episodes import EpisodeRunner, Sampling
 from llamarl.engine.model import Policy
 from llamarl.engine.rollouts import completion_texts
 from llamarl.engine.sampling import sample
@@ -22,7 +24,10 @@ SAMPLES = 3
 class Evaluation:
     accuracy: float
     samples: list[dict[str, Any]]
-    """prompt, completion, answer and reward of the first SAMPLES held-out prompts."""
+    """prompt, completion, answer and reward of the first SAMPLES held-out prompts (an
+    episode's: its turns, turn by turn, and why it ended)."""
+    first_turn_accuracy: float | None = None
+    """Episodes only: the verifier on the model's first turn."""
 
 
 def evaluate(
@@ -54,3 +59,32 @@ def evaluate(
         progress.update(len(chunk))
     progress.close(accuracy=round(correct / len(examples), 4))
     return Evaluation(correct / len(examples), samples)
+
+
+def evaluate_episodes(
+    runner: EpisodeRunner,
+    examples: Sequence[Example],
+    verifier: Verifier,
+    max_turn_tokens: int,
+    batch_size: int = 100,
+    listener: Listener | None = None,
+) -> Evaluation:
+    correct, first_right = 0.0, 0.0
+    samples: list[dict[str, Any]] = []
+    progress = Progress("evaluation", len(examples), transient=True, listener=listener)
+    greedy = Sampling(max_turn_tokens, greedy=True)
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start : start + batch_size]
+        for episode in runner.run(chunk, 1, greedy, version=lambda: -1):
+            texts = episode.model_texts() or [""]
+            reward = verifier(texts[-1], episode.example.answer)
+            correct += reward
+            first_right += verifier(texts[0], episode.example.answer)
+            if len(samples) < SAMPLES:
+                samples.append(episode.record() | {
+                    "prompt": episode.example.prompt, "completion": texts[-1],
+                    "answer": episode.example.answer, "reward": reward})  # fmt: skip
+        progress.update(len(chunk))
+    accuracy = correct / len(examples)
+    progress.close(accuracy=round(accuracy, 4))
+    return Evaluation(accuracy, samples, first_right / len(examples))

@@ -1,28 +1,81 @@
 """Supervised warm-start: teach the model the task's answer format before RL.
 
 Sequences are prompt + answer + EOS, right-padded; the loss covers only answer and EOS tokens.
+With an environment they are its worked episodes (`demonstration()`, e.g. the calculator's call,
+its result, the answer): the model's turns in the loss, the environment's replies not.
 SFT draws its examples from negative indices of the prompt set, a stream apart from RL's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from llamarl.config import RunConfig
 from llamarl.engine.model import Policy, make_policy, place
+from llamarl.engine.turns import TurnRenderer
+from llamarl.envs.base import Message
+from llamarl.envs.registry import EnvFactory
+from llamarl.errors import ConfigError
 from llamarl.observe.progress import Listener, Progress
-from llamarl.tasks import PromptSet
+from llamarl.rewards import make_verifier
+from llamarl.tasks import Example, PromptSet
+
+Demonstration = Callable[[Example], tuple[list[int], list[int]]]
+"""An example's tokens and labels (-100 where there is no loss)."""
 
 
-def sft_batch(policy: Policy, prompt_set: PromptSet, indices: range) -> dict[str, torch.Tensor]:
-    rows, labels = [], []
-    for index in indices:
-        example = prompt_set.train_item(index)
+def answer_demonstration(policy: Policy) -> Demonstration:
+    """Prompt, then the example's target and EOS (in the loss)."""
+
+    def tokens(example: Example) -> tuple[list[int], list[int]]:
         prompt = policy.encode_prompt(example.prompt)
         answer = policy.tokenizer(example.target, add_special_tokens=False).input_ids
         answer = answer + [policy.eos_id]
-        rows.append(prompt + answer)
-        labels.append([-100] * len(prompt) + answer)
+        return prompt + answer, [-100] * len(prompt) + answer
+
+    return tokens
+
+
+def episode_demonstration(policy: Policy, factory: EnvFactory) -> Demonstration:
+    """The environment's worked episode: the model's turns (each ending in EOS) in the loss,
+    the prompt and the environment's replies out of it."""
+    renderer = TurnRenderer(policy)
+    probe = factory.new()
+    if not callable(getattr(probe, "demonstration", None)):
+        raise ConfigError(
+            f"environment.kind {factory.config.kind} has no demonstration() to warm-start on; "
+            "set trainer.sft_steps: 0"
+        )
+
+    def tokens(example: Example) -> tuple[list[int], list[int]]:
+        env: Any = factory.new()
+        history: list[Message] = env.start(example)
+        ids = renderer.prompt(history)
+        labels = [-100] * len(ids)
+        for message in env.demonstration(example):
+            if message["role"] == "assistant":
+                turn = renderer.ids(message["content"]) + [policy.eos_id]
+                ids, labels = ids + turn, labels + turn
+            else:
+                reply = renderer.reply(history[:-1], True, [message])
+                ids, labels = ids + reply, labels + [-100] * len(reply)
+            history = history + [message]
+        return ids, labels
+
+    return tokens
+
+
+def sft_batch(
+    policy: Policy, prompt_set: PromptSet, indices: range, demonstrate: Demonstration
+) -> dict[str, torch.Tensor]:
+    rows, labels = [], []
+    for index in indices:
+        row, label = demonstrate(prompt_set.train_item(index))
+        rows.append(row)
+        labels.append(label)
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), policy.pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -41,15 +94,18 @@ def supervised_warm_start(
     steps: int,
     lr: float,
     batch_size: int,
+    demonstrate: Demonstration | None = None,
     listener: Listener | None = None,
 ) -> list[float]:
-    """Train in place for `steps` steps; returns the loss per step."""
+    """Train in place for `steps` steps on `demonstrate`'s sequences (by default the prompt and
+    the example's target); returns the loss per step."""
+    demonstrate = demonstrate or answer_demonstration(policy)
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr)
     losses = []
     with Progress("warm start", steps, listener=listener) as progress:
         for step in range(steps):
             first = -(step + 1) * batch_size
-            batch = sft_batch(policy, prompt_set, range(first, first + batch_size))
+            batch = sft_batch(policy, prompt_set, range(first, first + batch_size), demonstrate)
             loss = policy.model(**{k: t.to(policy.model.device) for k, t in batch.items()}).loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -68,6 +124,10 @@ def starting_policy(
     policy = place(make_policy(config.model, config.seed), config.trainer.device,
                    config.trainer.dtype)  # fmt: skip
     if config.trainer.sft_steps:
+        demonstrate = None
+        if config.environment.kind is not None:
+            factory = EnvFactory(config.environment, make_verifier(config.task.verifier))
+            demonstrate = episode_demonstration(policy, factory)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
             supervised_warm_start(
@@ -76,6 +136,7 @@ def starting_policy(
                 steps=config.trainer.sft_steps,
                 lr=config.trainer.sft_lr,
                 batch_size=config.trainer.sft_batch_size,
+                demonstrate=demonstrate,
                 listener=listener,
             )
     return policy

@@ -1,0 +1,189 @@
+"""Multi-turn episodes, many at once: the model's turns are sampled in batches across every
+episode still running, and the environment's steps run side by side between them.
+
+An episode's tokens after the prompt are its turns in order: the model's (each with its
+behaviour log-prob and the policy version that sampled it) and the environment's replies
+(version -1, log-prob 0: the trainer gives them no loss). The first turn of a prompt's n
+episodes shares the prompt's keys and values, as single-turn sampling does; later turns are
+sampled from each episode's whole context. `before_turn` runs before every batch of turns (the
+generator takes up a newly announced version there), so later turns may carry a newer version
+than earlier ones. An episode ends when the environment says done (`done`), after
+environment.max_turns model turns (`max_turns`), at environment.max_tokens (`max_tokens`), or
+when its environment raises (`env_error`) or overruns environment.step_timeout_s
+(`env_timeout`); the reason is recorded with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import torch
+
+from llamarl.config import EnvironmentConfig
+from llamarl.engine.bounded import Outcome, bounded_calls
+from llamarl.engine.model import Policy
+from llamarl.engine.sampling import sample
+from llamarl.engine.turns import TurnRenderer
+from llamarl.envs.base import Environment, EnvStep, Message
+from llamarl.envs.registry import EnvFactory
+from llamarl.tasks import Example
+
+
+@dataclass
+class Episode:
+    example: Example
+    env: Environment | None
+    prompt: list[int]
+    history: list[Message]
+    """Every message so far, the first ones included (for the chat template)."""
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    """The turns after the prompt: role, content and (for the model's) the policy version."""
+    num_model_turns: int = 0
+    ended_with_eos: bool = False
+    """Whether the model's last turn ended with EOS (or was cut at a token limit)."""
+    reward: float | None = None
+    end: str | None = None
+    error: str | None = None
+
+    def add(self, ids: list[int], logprobs: list[float], version: int) -> None:
+        self.tokens += ids
+        self.logprobs += logprobs
+        self.versions += [version] * len(ids)
+
+    def model_texts(self) -> list[str]:
+        return [t["content"] for t in self.turns if t["role"] == "assistant"]
+
+    def record(self) -> dict[str, Any]:
+        """What samples.jsonl and the wire keep of it, turn by turn."""
+        return {"turns": self.turns, "reward": self.reward, "end": self.end, "error": self.error}
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_turn_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    generator: torch.Generator | None = None
+    greedy: bool = False
+
+
+class EpisodeRunner:
+    def __init__(self, policy: Policy, factory: EnvFactory, config: EnvironmentConfig) -> None:
+        self.policy = policy
+        self.factory = factory
+        self.config = config
+        self.renderer = TurnRenderer(policy)
+
+    def _begin(self, examples: Sequence[Example], num_samples: int) -> list[Episode]:
+        envs = bounded_calls([self.factory.new for _ in range(len(examples) * num_samples)],
+                             self.config.step_timeout_s)  # fmt: skip
+        rows = [e for e in examples for _ in range(num_samples)]
+        starts = bounded_calls([partial(_start, o, e) for o, e in zip(envs, rows, strict=True)],
+                               self.config.step_timeout_s)  # fmt: skip
+        episodes = []
+        for g, example in enumerate(examples):
+            group = range(g * num_samples, (g + 1) * num_samples)
+            first = next((starts[i].value for i in group if starts[i].error is None), None)
+            prompt = self.renderer.prompt(first or [{"role": "user", "content": example.prompt}])
+            for i in group:
+                episode = Episode(example, envs[i].value, prompt, list(first or []))
+                if starts[i].error is not None or starts[i].value != first:
+                    episode.end, episode.error = "env_error", starts[i].error or "start differs"
+                episodes.append(episode)
+        return episodes
+
+    def run(
+        self,
+        examples: Sequence[Example],
+        num_samples: int,
+        sampling: Sampling,
+        version: Callable[[], int],
+        before_turn: Callable[[], None] | None = None,
+    ) -> list[Episode]:
+        """n episodes of each example, in example order, every one ended."""
+        episodes = self._begin(examples, num_samples)
+        # The first turns share each prompt's keys and values when every episode has begun.
+        share = num_samples if all(e.end is None for e in episodes) else 1
+        while active := [e for e in episodes if e.end is None]:
+            if before_turn is not None:
+                before_turn()
+            self._model_turn(active, sampling, version(), share)
+            share = 1
+            self._env_turn([e for e in active if e.end is None])
+        return episodes
+
+    def _model_turn(self, active: list[Episode], sampling: Sampling, policy_version: int,
+                    share: int) -> None:  # fmt: skip
+        """Sample one turn of every active episode (`share` episodes of one prompt in a row
+        share its keys and values: the first turn of a group)."""
+        budgets = [min(sampling.max_turn_tokens, self.config.max_tokens - len(e.tokens))
+                   for e in active]  # fmt: skip
+        contexts = [e.prompt + e.tokens for e in active[::share]]
+        batch = sample(self.policy, contexts, num_samples=share, max_new_tokens=max(budgets),
+                       temperature=sampling.temperature, top_p=sampling.top_p,
+                       generator=sampling.generator, greedy=sampling.greedy)  # fmt: skip
+        eos = self.policy.eos_id
+        for row, (episode, budget) in enumerate(zip(active, budgets, strict=True)):
+            length = min(int(batch.completion_mask[row].sum()), budget)
+            ids = batch.completion_ids[row, :length].tolist()
+            episode.add(ids, batch.logprobs[row, :length].tolist(), policy_version)
+            episode.num_model_turns += 1
+            spoken = [t for t in ids if t != eos]
+            text = str(self.policy.tokenizer.decode(spoken, skip_special_tokens=True))
+            turn: dict[str, Any] = {"role": "assistant", "content": text}
+            if policy_version >= 0:  # evaluation samples with the trainer's own weights
+                turn["policy_version"] = policy_version
+            episode.turns.append(turn)
+            episode.ended_with_eos = bool(ids) and ids[-1] == eos
+            if len(episode.tokens) >= self.config.max_tokens:
+                episode.end = "max_tokens"
+
+    def _env_turn(self, active: list[Episode]) -> None:
+        steps = bounded_calls(
+            [partial(_step, e) for e in active],
+            self.config.step_timeout_s,
+        )
+        for episode, outcome in zip(active, steps, strict=True):
+            self._take(episode, outcome)
+
+    def _take(self, episode: Episode, outcome: Outcome) -> None:
+        if outcome.error is not None:
+            episode.end = "env_timeout" if outcome.error == "timeout" else "env_error"
+            episode.error = outcome.error
+            return
+        step: EnvStep = outcome.value
+        if step.reward is not None:
+            episode.reward = float(step.reward)
+        if step.done:
+            episode.end = "done"
+            return
+        if episode.num_model_turns >= self.config.max_turns:
+            episode.end = "max_turns"
+            return
+        history = episode.history + [{"role": "assistant", "content": episode.turns[-1]["content"]}]
+        reply = self.renderer.reply(episode.history, episode.ended_with_eos, step.messages)
+        if len(episode.tokens) + len(reply) >= self.config.max_tokens:
+            episode.end = "max_tokens"
+            return
+        episode.add(reply, [0.0] * len(reply), -1)
+        episode.history = history + list(step.messages)
+        episode.turns += [{"role": m["role"], "content": m["content"]} for m in step.messages]
+
+
+def _start(made: Outcome, example: Example) -> list[Message]:
+    """The first messages of an environment made as `made` (whose failure is re-raised)."""
+    if made.error is not None:
+        raise RuntimeError(made.error)
+    messages: list[Message] = made.value.start(example)
+    return messages
+
+
+def _step(episode: Episode) -> EnvStep:
+    assert episode.env is not None
+    return episode.env.step(episode.turns[-1]["content"])

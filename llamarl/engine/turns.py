@@ -1,0 +1,54 @@
+"""Messages to tokens for episodes: the prompt from the environment's first messages, and the
+tokens of each environment reply that follows a model turn.
+
+With a chat template (model.chat_template) a reply is what the template adds to the
+conversation: the end of the model's turn that it did not write itself (the newline after EOS,
+or the whole end-of-turn marker when the turn was cut short), the reply's messages, and the cue
+for the model's next turn. It is found by rendering the conversation with a placeholder for the
+model's text, so the model's own tokens are never re-tokenized. Without a template the messages'
+texts are appended as they are. The model's tokens stay exactly those it sampled.
+"""
+
+from __future__ import annotations
+
+from llamarl.engine.model import Policy
+from llamarl.envs.base import Message
+
+PLACEHOLDER = "\x00model-turn\x00"
+
+
+class TurnRenderer:
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.tokenizer = policy.tokenizer
+
+    def _render(self, messages: list[Message], cue: bool) -> str:
+        text = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=cue, tokenize=False
+        )
+        return str(text)
+
+    def ids(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def prompt(self, messages: list[Message]) -> list[int]:
+        """The prompt's tokens, ending with the cue for the model's first turn."""
+        if len(messages) == 1:  # exactly as a single-turn rollout encodes its prompt
+            return self.policy.encode_prompt(messages[0]["content"])
+        if not self.policy.chat:
+            return list(self.tokenizer("".join(m["content"] for m in messages)).input_ids)
+        return self.ids(self._render(messages, cue=True))
+
+    def reply(self, history: list[Message], ended_with_eos: bool, new: list[Message]) -> list[int]:
+        """The tokens of `new` after a model turn; `history` is the conversation before that
+        turn (the turn itself not included)."""
+        if not self.policy.chat:
+            return self.ids("".join(m["content"] for m in new))
+        with_turn = [*history, {"role": "assistant", "content": PLACEHOLDER}]
+        before = self._render(with_turn, cue=False)
+        after = self._render(with_turn + new, cue=True)
+        tail = before[before.index(PLACEHOLDER) + len(PLACEHOLDER) :]
+        eos = str(self.tokenizer.eos_token)
+        if ended_with_eos and tail.startswith(eos):
+            tail = tail[len(eos) :]
+        return self.ids(tail + after[len(before) :])

@@ -1,0 +1,69 @@
+"""Environments for the episode tests, importable as `tests.episode_envs:Class` like a user's.
+
+Every text they write uses the built model's characters (digits, `+-*= `), so the character
+tokenizer spells it exactly."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from llamarl.envs import EnvContext, EnvStep, Message
+from llamarl.tasks import Example
+
+RELEASE = threading.Event()
+"""Set by a test to let a SlowEnv step finish (it otherwise waits 60 s)."""
+
+
+class TwoTurnEnv:
+    """Replies `= 7` to the first turn; the second turn ends the episode, reward 1 for an even
+    prompt index (so a group has rewards that differ between groups, not within)."""
+
+    def __init__(self, context: EnvContext) -> None:
+        self.index = 0
+
+    def start(self, example: Example) -> list[Message]:
+        self.index = example.index
+        return [{"role": "user", "content": example.prompt}]
+
+    def step(self, reply: str) -> EnvStep:
+        if not hasattr(self, "replied"):
+            self.replied = True
+            return EnvStep([{"role": "tool", "content": "= 7 "}], done=False)
+        return EnvStep([], done=True, reward=float(len(reply) % 2))
+
+
+class RaisingEnv(TwoTurnEnv):
+    """Raises on every prompt whose index is a multiple of 3."""
+
+    def step(self, reply: str) -> EnvStep:
+        if self.index % 3 == 0:
+            raise RuntimeError("the environment broke")
+        return super().step(reply)
+
+
+class SlowEnv(TwoTurnEnv):
+    """Hangs on its first step for odd prompt indices (until RELEASE, at most 60 s)."""
+
+    def step(self, reply: str) -> EnvStep:
+        if self.index % 2:
+            RELEASE.wait(60)
+        return super().step(reply)
+
+
+class PacedEnv(TwoTurnEnv):
+    """Each step first marks `options.marker_dir/<pid>` (so a test knows this process is inside
+    an episode), then takes 0.3 s; raises on prompts whose index is a multiple of 7."""
+
+    def __init__(self, context: EnvContext) -> None:
+        super().__init__(context)
+        self.marker = Path(str(context.options["marker_dir"])) / str(os.getpid())
+
+    def step(self, reply: str) -> EnvStep:
+        self.marker.touch()
+        time.sleep(0.3)
+        if self.index % 7 == 0:
+            raise RuntimeError("the environment broke")
+        return super().step(reply)

@@ -1,0 +1,66 @@
+"""Multi-turn episodes under `llamarl run`, end to end over Redis, the broker and real worker
+processes: a generator SIGKILLed in the middle of an episode has its tickets reissued and each
+trained exactly once; groups whose environment raised are refused (ended `skipped`, counted) and
+the run goes on to finish with a balanced ledger."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from tests.integration.async_helpers import (
+    check_finished_run,
+    launch,
+    trained_entries,
+    wait_for_steps,
+    worker_pids,
+    write_config,
+)
+
+STEPS = 16
+
+
+def _kill_inside_an_episode(launcher_pid: int, markers: Path) -> int:
+    """SIGKILL generator-0 just after its environment began a step (which takes 0.3 s)."""
+    pid = worker_pids(launcher_pid, "episodes")["generator-0"]
+    marker = markers / str(pid)
+    seen = marker.stat().st_mtime if marker.exists() else 0.0
+    deadline = time.monotonic() + 60
+    while not marker.exists() or marker.stat().st_mtime == seen:
+        assert time.monotonic() < deadline, "generator-0 never stepped an environment"
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def test_killed_generator_episodes_are_reissued_and_trained_once(tmp_path: Path) -> None:
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    config = write_config(
+        tmp_path, "episodes",
+        environment={"kind": "tests.episode_envs:PacedEnv", "max_turns": 2, "max_tokens": 12,
+                     "options": {"marker_dir": str(markers)}},
+        trainer={"num_steps": STEPS, "eval_every": STEPS},
+        task={"num_eval": 4},
+        staleness={"max_staleness": 1, "lease_s": 2.0},
+        workers={"max_restarts": 1},
+    )  # fmt: skip
+    run_dir = tmp_path / "episodes"
+    proc = launch(config)
+    try:
+        wait_for_steps(run_dir, 2, proc)
+        _kill_inside_an_episode(proc.pid, markers)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    check_finished_run(summary, run_dir, STEPS * 4, k=1)
+    attempts = [int(e["rollout_id"].split(".")[1]) for e in trained_entries(run_dir)]
+    assert max(attempts) >= 1, "no ticket of the killed generator was reissued"
+    # Prompts 0, 7, 14, ... raise in their environment: refused, never trained.
+    assert summary["ledger"]["skipped"] >= 1
+    assert all(e["ticket_id"] % 7 for e in trained_entries(run_dir))
