@@ -34,6 +34,7 @@ from llamarl.config import (
 )
 from llamarl.curve import load_curve
 from llamarl.engine.model import check_model_path
+from llamarl.envs.registry import environment_class, make_tools
 from llamarl.errors import ConfigError
 from llamarl.launch import supervise
 from llamarl.launch.cores import CoreSplit, set_affinity
@@ -197,7 +198,8 @@ def check_local_gpus(config: RunConfig) -> None:
 def preflight(config: RunConfig, mode: str, launcher: str = "local") -> None:
     """What a launch can tell is wrong before it starts anything (ConfigError naming the field):
     a model or reward-model path that is not a model directory; CURVE keys that are not there;
-    a metrics sink whose package is missing; an async run on the in-process transport; a device
+    a metrics sink whose package is missing; an environment class that cannot be imported, or a
+    Python tool whose limits this host cannot apply; an async run on the in-process transport; a device
     this machine lacks, or a trainer (with the generators' weights, async) its memory cannot
     hold (`launcher` local; Ray places the roles on its own nodes)."""
     check_devices(config, mode, launcher)
@@ -208,6 +210,9 @@ def preflight(config: RunConfig, mode: str, launcher: str = "local") -> None:
     if config.task.reward_model is not None:
         check_reward_model_path(config.task.reward_model)
     check_sinks(config.logging)
+    if config.environment.kind is not None:  # imports a custom class; the Python tool probes
+        make_tools(config.environment)
+        environment_class(config.environment.kind)
     if mode == "async":
         check_crosses_processes(config.sync)
     if launcher == "local":

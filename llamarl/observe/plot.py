@@ -6,7 +6,10 @@ sync, one seed against another), from the files every run writes.
 - staleness.png: how many trained groups had each staleness (RUN_DIR/trained.jsonl);
 - roles.png: busy and idle seconds of every worker (RUN_DIR/timers/);
 - timeline.png: when each worker was busy, against seconds since the run's first busy span
-  (async runs overlap their roles; a sync run's roles take turns).
+  (async runs overlap their roles; a sync run's roles take turns);
+- episodes.md (runs with an environment): held-out episodes turn by turn, at the first and the
+  last evaluation (`llamarl.observe.episodes_view`); learning.png then also draws the accuracy
+  at the model's first turn (dashed).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 from matplotlib.figure import Figure  # the object API: files only, no display or pyplot state
 
 from llamarl.errors import ConfigError
+from llamarl.observe.episodes_view import write_episodes
 
 SMOOTH = 10
 FIGURES = ("learning.png", "staleness.png", "roles.png", "timeline.png")
@@ -69,6 +73,12 @@ def _learning(runs: list[Run], out: Path) -> None:
             axes[1][column].plot([r.get(x, 0) for r in evaluated],
                                  [r["held_out_accuracy"] for r in evaluated], marker="o",
                                  label=run.name)  # fmt: skip
+            first = [r for r in evaluated if "held_out_first_turn_accuracy" in r]
+            if first:  # episodes: right at the first turn, against right by the last
+                axes[1][column].plot([r.get(x, 0) for r in first],
+                                     [r["held_out_first_turn_accuracy"] for r in first],
+                                     linestyle="--", marker=".",
+                                     label=f"{run.name}, first turn")  # fmt: skip
     for row, quantity in enumerate((f"reward (mean of {SMOOTH} steps)", "held-out accuracy")):
         axes[row][0].set_ylabel(quantity)
         for column, x_label in enumerate(("step", "RL wall time, s")):
@@ -135,4 +145,5 @@ def plot(run_dirs: list[Path], out: Path) -> list[Path]:
     _staleness(runs, out)
     _roles(runs, out)
     _timeline(runs, out)
-    return [out / name for name in FIGURES]
+    episodes = write_episodes(run_dirs, out)
+    return [out / name for name in FIGURES] + ([episodes] if episodes else [])

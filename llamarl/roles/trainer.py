@@ -103,6 +103,10 @@ class Trainer:
         self.last: dict[str, Any] = {}
         self.rl_started = self.started
         self.final_accuracy: float | None = None
+        self.first_turn_accuracy: float | None = None
+        """Episodes: the latest evaluation's accuracy at the model's first turn."""
+        self.first_turn_accuracies: list[float | None] = []
+        """This process's evaluations' first-turn accuracies, the first one's before RL."""
         self.scored: WorkQueue | None = None
         self._announce_bus: Bus | None = None
         self.versions = LatestOnly("version-publisher", self._announce, publisher.discard)
@@ -184,6 +188,7 @@ class Trainer:
         self.publish()
         if self.initial_accuracy is None:
             self.initial_accuracy = self.held_out_accuracy()
+            self.first_turn_accuracies = [self.first_turn_accuracy]
             self.save_checkpoint()
         self.final_accuracy = self.initial_accuracy
         self.rl_started = runtime.clock()
@@ -290,6 +295,9 @@ class Trainer:
         if self.step % config.trainer.eval_every == 0 or self.step == config.trainer.num_steps:
             started = runtime.clock()
             self.final_accuracy = record["held_out_accuracy"] = self.held_out_accuracy()
+            if self.first_turn_accuracy is not None:
+                record["held_out_first_turn_accuracy"] = self.first_turn_accuracy
+                self.first_turn_accuracies.append(self.first_turn_accuracy)
             record["eval_s"] = runtime.add_time("eval_s", started)
         if self.step % max(config.trainer.checkpoint_every, 1) == 0:
             self.save_checkpoint()
@@ -304,6 +312,14 @@ class Trainer:
         self.last = record
         return record
 
+    def _first_turn_summary(self) -> dict[str, float | None]:
+        """Episodes: the first-turn accuracy before and after RL (as this process saw them)."""
+        if self.first_turn_accuracy is None:
+            return {}
+        first = self.first_turn_accuracies[0] if self.first_turn_accuracies else None
+        return {"initial_first_turn_accuracy": first,
+                "final_first_turn_accuracy": self.first_turn_accuracy}  # fmt: skip
+
     def _journal(self, batch: list[ScoredGroup], staleness: list[int]) -> None:
         for item, lag in zip(batch, staleness, strict=True):
             entry = {"ticket_id": item.group.ticket_id, "rollout_id": item.group.rollout_id}
@@ -317,6 +333,7 @@ class Trainer:
         if self.ranks is not None and self.checkpointer.sharded:
             self.ranks.send(Order("evaluate"))
         result = self.evaluate()
+        self.first_turn_accuracy = result.first_turn_accuracy
         log.info("samples", step=self.step, accuracy=result.accuracy, samples=result.samples)
         entry = {"step": self.step, "accuracy": result.accuracy, "samples": result.samples}
         self.samples_log.write(json.dumps(entry) + "\n")
@@ -389,6 +406,7 @@ class Trainer:
             "eval_s": round(runtime.counters.get("eval_s", 0.0), 2),
             "initial_accuracy": self.initial_accuracy,
             "final_accuracy": self.final_accuracy,
+            **self._first_turn_summary(),
             "max_staleness": self.max_staleness_seen,
             "model": str(model_dir) if self.done else None,
         }

@@ -65,3 +65,25 @@ def test_a_sync_runs_roles_take_turns_on_the_timeline(
 def test_plot_of_a_directory_that_is_not_a_run_says_so(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no metrics.jsonl"):
         plot([tmp_path], tmp_path / "plots")
+
+
+def test_plot_shows_a_runs_episodes_turn_by_turn(tmp_path: Path) -> None:
+    """A sync run of two-turn episodes whose environment raises on every third prompt: those
+    groups are refused (ended skipped) and the run goes on; episodes.md shows each held-out
+    episode's turns, who wrote them, how it ended and its reward."""
+    summary = run_sync(parse_config({
+        "run_id": "plot-episodes", "run_dir": str(tmp_path / "episodes"), "model": MODEL,
+        "task": {"kind": "arithmetic", "num_digits": 1, "num_eval": 4},
+        "environment": {"kind": "tests.episode_envs:RaisingEnv", "max_turns": 2,
+                        "max_tokens": 12},
+        "generation": {"num_samples": 2, "max_new_tokens": 3},
+        "trainer": {"prompts_per_step": 2, "num_steps": 4, "eval_every": 2, "sft_steps": 0},
+    }))  # fmt: skip
+    assert summary["steps"] == 4
+    trained = [json.loads(line) for line in (tmp_path / "episodes" / "trained.jsonl").open()]
+    assert len(trained) == 8 and all(entry["ticket_id"] % 3 for entry in trained)
+    written = plot([tmp_path / "episodes"], tmp_path / "plots")
+    assert written[-1].name == "episodes.md"
+    page = written[-1].read_text()
+    assert "| 2 | tool | = 7  |" in page and "| 1 | model |" in page
+    assert "ended: env_error" in page and "ended: done" in page
