@@ -62,5 +62,8 @@ def test_killed_generator_episodes_are_reissued_and_trained_once(tmp_path: Path)
     attempts = [int(e["rollout_id"].split(".")[1]) for e in trained_entries(run_dir)]
     assert max(attempts) >= 1, "no ticket of the killed generator was reissued"
     # Prompts 0, 7, 14, ... raise in their environment: refused, never trained.
-    assert summary["ledger"]["skipped"] >= 1
+    trainer = json.loads((run_dir / "timers" / "trainer.json").read_text())
+    assert summary["ledger"]["skipped"] == trainer["groups_env_error"] >= 1
+    generator = json.loads((run_dir / "timers" / "generator-1.json").read_text())
+    assert generator["episodes_env_error"] >= 1 and generator["episode_turns"] > 0
     assert all(e["ticket_id"] % 7 for e in trained_entries(run_dir))

@@ -82,6 +82,8 @@ def test_plot_shows_a_runs_episodes_turn_by_turn(tmp_path: Path) -> None:
     assert summary["steps"] == 4
     trained = [json.loads(line) for line in (tmp_path / "episodes" / "trained.jsonl").open()]
     assert len(trained) == 8 and all(entry["ticket_id"] % 3 for entry in trained)
+    trainer = json.loads((tmp_path / "episodes" / "timers" / "trainer.json").read_text())
+    assert trainer["groups_env_error"] >= 2  # tickets 0 and 3 at least
     written = plot([tmp_path / "episodes"], tmp_path / "plots")
     assert written[-1].name == "episodes.md"
     page = written[-1].read_text()
