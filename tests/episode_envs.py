@@ -55,7 +55,7 @@ class SlowEnv(TwoTurnEnv):
 
 class PacedEnv(TwoTurnEnv):
     """Each step first marks `options.marker_dir/<pid>` (so a test knows this process is inside
-    an episode), then takes 0.3 s; raises on prompts whose index is a multiple of 7."""
+    an episode), then takes 0.15 s; raises on prompts whose index is a multiple of 7."""
 
     def __init__(self, context: EnvContext) -> None:
         super().__init__(context)
@@ -63,7 +63,7 @@ class PacedEnv(TwoTurnEnv):
 
     def step(self, reply: str) -> EnvStep:
         self.marker.touch()
-        time.sleep(0.3)
+        time.sleep(0.15)
         if self.index % 7 == 0:
             raise RuntimeError("the environment broke")
         return super().step(reply)

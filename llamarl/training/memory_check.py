@@ -40,19 +40,27 @@ M_MMAP_THRESHOLD = -3
 """glibc's mallopt parameter number for the mmap threshold."""
 
 
+def completion_tokens(config: RunConfig) -> int:
+    """The longest completion: a turn's max_new_tokens, or an episode's environment.max_tokens."""
+    if config.environment.kind is not None:
+        return config.environment.max_tokens
+    return config.generation.max_new_tokens
+
+
 def run_workload(config: RunConfig) -> Workload:
     """What the check assumes of a run's micro-batches. Prompts are taken as long as the longest
-    completion (the check cannot see them): a group costs n x 2 x max_new_tokens of
+    completion (the check cannot see them): a group costs n x 2 x its longest completion of
     micro_batch_tokens and computes its prompt once and its n completions; a micro-batch holds
     as many groups as fit (one at least, a rank's share of a step at most)."""
     gen, trainer = config.generation, config.trainer
+    longest = completion_tokens(config)
     per_rank = -(-trainer.prompts_per_step // trainer.ranks)
-    cost = gen.num_samples * 2 * gen.max_new_tokens
+    cost = gen.num_samples * 2 * longest
     groups = max(1, min(per_rank, trainer.micro_batch_tokens // cost))
-    completions = groups * gen.num_samples * gen.max_new_tokens
-    warm_start = trainer.sft_batch_size * 2 * (gen.max_new_tokens + 1) if trainer.sft_steps else 0
+    completions = groups * gen.num_samples * longest
+    warm_start = trainer.sft_batch_size * 2 * (longest + 1) if trainer.sft_steps else 0
     reference = config.algorithm.kl_coef > 0 and config.model.lora is None
-    return Workload(prompt_tokens=groups * gen.max_new_tokens, completion_tokens=completions,
+    return Workload(prompt_tokens=groups * longest, completion_tokens=completions,
                     num_samples=gen.num_samples, micro_batches=-(-per_rank // groups),
                     warm_start_tokens=warm_start, reference=reference)  # fmt: skip
 
@@ -156,7 +164,7 @@ def _changes(config: RunConfig) -> tuple[list[Change], list[Change]]:
             changes.append(("model.lora: {r: 16}", lora))
     smaller: list[Change] = []
     tokens = trainer.micro_batch_tokens // 2
-    while tokens >= gen.num_samples * 2 * gen.max_new_tokens:
+    while tokens >= gen.num_samples * 2 * completion_tokens(config):
         smaller.append((f"trainer.micro_batch_tokens: {tokens}",
                         {"trainer": {"micro_batch_tokens": tokens}}))  # fmt: skip
         tokens //= 2

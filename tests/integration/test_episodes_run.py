@@ -20,11 +20,11 @@ from tests.integration.async_helpers import (
     write_config,
 )
 
-STEPS = 16
+STEPS = 12
 
 
 def _kill_inside_an_episode(launcher_pid: int, markers: Path) -> int:
-    """SIGKILL generator-0 just after its environment began a step (which takes 0.3 s)."""
+    """SIGKILL generator-0 just after its environment began a step (which takes 0.15 s)."""
     pid = worker_pids(launcher_pid, "episodes")["generator-0"]
     marker = markers / str(pid)
     seen = marker.stat().st_mtime if marker.exists() else 0.0
