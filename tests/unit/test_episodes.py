@@ -11,7 +11,7 @@ import torch
 from llamarl.config import EnvironmentConfig, ModelConfig, RunConfig
 from llamarl.engine.episodes import EpisodeRunner, Sampling
 from llamarl.engine.model import build_policy
-from llamarl.engine.rollouts import pack_episodes, score_group, train_group
+from llamarl.engine.rollouts import oldest_version, pack_episodes, score_group, train_group
 from llamarl.envs.registry import EnvFactory, environment_class
 from llamarl.errors import ConfigError, ProtocolError
 from llamarl.protocol import ScoredGroup, TypedArray
@@ -67,6 +67,8 @@ def test_environment_tokens_have_version_minus_one_and_no_logprob() -> None:
         # The second turn was sampled after a newer version was taken up.
         assert set(versions[row][model]) == {3, 5}
         assert [t["role"] for t in episode.turns] == ["assistant", "tool", "assistant"]
+    # The staleness gate and the trainer judge the episode by its oldest token.
+    assert oldest_version(group) == 3
 
 
 def run_ids(text: str) -> list[int]:
