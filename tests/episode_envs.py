@@ -67,3 +67,22 @@ class PacedEnv(TwoTurnEnv):
         if self.index % 7 == 0:
             raise RuntimeError("the environment broke")
         return super().step(reply)
+
+
+class BadOutputEnv(TwoTurnEnv):
+    """Answers each prompt with another kind of wrong output: not an EnvStep, a message that is
+    not text, a reward that is not a number."""
+
+    def step(self, reply: str) -> EnvStep:
+        wrong: list[object] = [
+            {"messages": [], "done": True},
+            EnvStep([{"role": "tool", "content": 7}], done=False),  # type: ignore[dict-item]
+            EnvStep([], done=True, reward="high"),  # type: ignore[arg-type]
+            EnvStep([], done=True, reward=float("nan")),
+        ]
+        return wrong[self.index % len(wrong)]  # type: ignore[return-value]
+
+
+class AlwaysRaisingEnv(TwoTurnEnv):
+    def step(self, reply: str) -> EnvStep:
+        raise RuntimeError("always broken")

@@ -111,6 +111,12 @@ class RunConfig(_Section):
                 ("generation.min_new_tokens", "environment.kind"),
                 "EOS ends each of an episode's turns; set generation.min_new_tokens: 0",
             )
+        if self.trainer.sharding == "fsdp":
+            raise FieldConflict(
+                ("trainer.sharding", "environment.kind"),
+                "fsdp ranks evaluate together, step for step, and an environment's timing can "
+                "end an episode on one rank and not another; use sharding: ddp",
+            )
         if self.sampling.overlong != "off":
             raise FieldConflict(
                 ("sampling.overlong", "environment.kind"),

@@ -8,13 +8,15 @@ episodes shares the prompt's keys and values, as single-turn sampling does; late
 sampled from each episode's whole context. `before_turn` runs before every batch of turns (the
 generator takes up a newly announced version there), so later turns may carry a newer version
 than earlier ones. An episode ends when the environment says done (`done`), after
-environment.max_turns model turns (`max_turns`), at environment.max_tokens (`max_tokens`), or
-when its environment raises (`env_error`) or overruns environment.step_timeout_s
-(`env_timeout`); the reason is recorded with it.
+environment.max_turns model turns (`max_turns`), at environment.max_tokens (`max_tokens`: the
+environment still judges the turn that reached it), or when its environment raises or answers
+with anything but an EnvStep of messages and a finite reward (`env_error`), or overruns
+environment.step_timeout_s (`env_timeout`); the reason is recorded with it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -141,8 +143,6 @@ class EpisodeRunner:
                 turn["policy_version"] = policy_version
             episode.turns.append(turn)
             episode.ended_with_eos = bool(ids) and ids[-1] == eos
-            if len(episode.tokens) >= self.config.max_tokens:
-                episode.end = "max_tokens"
 
     def _env_turn(self, active: list[Episode]) -> None:
         steps = bounded_calls(
@@ -166,8 +166,15 @@ class EpisodeRunner:
         if episode.num_model_turns >= self.config.max_turns:
             episode.end = "max_turns"
             return
+        if len(episode.tokens) >= self.config.max_tokens:  # judged above, but no room left
+            episode.end = "max_tokens"
+            return
         history = episode.history + [{"role": "assistant", "content": episode.turns[-1]["content"]}]
-        reply = self.renderer.reply(episode.history, episode.ended_with_eos, step.messages)
+        try:
+            reply = self.renderer.reply(episode.history, episode.ended_with_eos, step.messages)
+        except Exception as err:  # the chat template refused the environment's messages
+            episode.end, episode.error = "env_error", f"rendering: {type(err).__name__}: {err}"
+            return
         if len(episode.tokens) + len(reply) >= self.config.max_tokens:
             episode.end = "max_tokens"
             return
@@ -176,14 +183,33 @@ class EpisodeRunner:
         episode.turns += [{"role": m["role"], "content": m["content"]} for m in step.messages]
 
 
+def _messages(value: Any) -> list[Message]:
+    """`value` if it is a list of {"role": str, "content": str}; TypeError otherwise."""
+    if not isinstance(value, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in value
+    ):
+        raise TypeError("messages must be a list of {'role': str, 'content': str}")
+    return value
+
+
 def _start(made: Outcome, example: Example) -> list[Message]:
     """The first messages of an environment made as `made` (whose failure is re-raised)."""
     if made.error is not None:
         raise RuntimeError(made.error)
-    messages: list[Message] = made.value.start(example)
-    return messages
+    return _messages(made.value.start(example))
 
 
 def _step(episode: Episode) -> EnvStep:
+    """The environment's step, checked: an EnvStep with messages and a finite reward or None
+    (anything else is the environment's error, ending its episode)."""
     assert episode.env is not None
-    return episode.env.step(episode.turns[-1]["content"])
+    step = episode.env.step(episode.turns[-1]["content"])
+    if not isinstance(step, EnvStep):
+        raise TypeError(f"step() returned {type(step).__name__}, not an EnvStep")
+    _messages(step.messages)
+    if step.reward is not None and (
+        not isinstance(step.reward, int | float) or not math.isfinite(step.reward)
+    ):
+        raise TypeError("the reward must be a finite number or None")
+    return step

@@ -4,8 +4,8 @@ tokens of each environment reply that follows a model turn.
 With a chat template (model.chat_template) a reply is what the template adds to the
 conversation: the end of the model's turn that it did not write itself (the newline after EOS,
 or the whole end-of-turn marker when the turn was cut short), the reply's messages, and the cue
-for the model's next turn. It is found by rendering the conversation with a placeholder for the
-model's text, so the model's own tokens are never re-tokenized. Without a template the messages'
+for the model's next turn: what follows a placeholder for the model's text when the whole
+conversation is rendered, so the model's own tokens are never re-tokenized. Without a template the messages'
 texts are appended as they are. The model's tokens stay exactly those it sampled.
 """
 
@@ -45,10 +45,11 @@ class TurnRenderer:
         if not self.policy.chat:
             return self.ids("".join(m["content"] for m in new))
         with_turn = [*history, {"role": "assistant", "content": PLACEHOLDER}]
-        before = self._render(with_turn, cue=False)
+        # Everything after the model's text, as the template writes it once the reply follows
+        # (a template may render a turn differently when it is no longer the last one).
         after = self._render(with_turn + new, cue=True)
-        tail = before[before.index(PLACEHOLDER) + len(PLACEHOLDER) :]
+        rest = after[after.index(PLACEHOLDER) + len(PLACEHOLDER) :]
         eos = str(self.tokenizer.eos_token)
-        if ended_with_eos and tail.startswith(eos):
-            tail = tail[len(eos) :]
-        return self.ids(tail + after[len(before) :])
+        if ended_with_eos and rest.startswith(eos):
+            rest = rest[len(eos) :]
+        return self.ids(rest)

@@ -30,7 +30,7 @@ import structlog
 from llamarl.algorithms.overlong import overlong_shaping
 from llamarl.bus import Bus, WorkQueue
 from llamarl.engine.rollouts import episode_records, oldest_version, shaped_rewards, train_group
-from llamarl.errors import ProtocolError, SyncError
+from llamarl.errors import ConfigError, ProtocolError, SyncError
 from llamarl.observe.metric_sinks import make_metrics
 from llamarl.protocol import Control, ScoredGroup, VersionAnnouncement
 from llamarl.roles.admission import check_scored
@@ -51,6 +51,8 @@ from llamarl.weightsync.base import Meta
 from llamarl.weightsync.messages import join_shards
 
 log = structlog.get_logger(__name__)
+ENV_FAILURES_IN_A_ROW = 50
+"""Episode groups whose environment raised, one after another, before the run gives up on it."""
 POLL_MS = 20
 SHARD_POLL_S = 0.005
 
@@ -96,6 +98,7 @@ class Trainer:
         self.signal = SignalFilter.of(config)
         self.skipped: list[int] = []
         """Tickets of the groups skipped since the last gather, to end in one round trip."""
+        self.env_failures_in_a_row = 0
         self.num_set_aside = 0
         """Groups ended `skipped` so far: by dynamic sampling, or because an environment
         raised in one of their episodes."""
@@ -216,9 +219,7 @@ class Trainer:
         ):
             self.runtime.count("duplicate_groups")
             return
-        failed = scored.group.episodes and any(
-            record["end"] == "env_error" for record in episode_records(scored.group)
-        )
+        failed = scored.group.episodes and self.env_failed(scored)
         if failed:  # an environment raised: the group is set aside and its prompt drawn anew
             self.runtime.count("groups_env_error")
         if failed or (
@@ -229,6 +230,19 @@ class Trainer:
             self.num_set_aside += 1
             return
         self.buffer.append(scored)
+
+    def env_failed(self, scored: ScoredGroup) -> bool:
+        """Whether an environment raised in one of the group's episodes; ConfigError (the run
+        ends, naming the environment) once it did in ENV_FAILURES_IN_A_ROW groups in a row."""
+        errors = [r["error"] for r in episode_records(scored.group) if r["end"] == "env_error"]
+        self.env_failures_in_a_row = self.env_failures_in_a_row + 1 if errors else 0
+        if self.env_failures_in_a_row >= ENV_FAILURES_IN_A_ROW:
+            raise ConfigError(
+                f"environment.kind {self.runtime.config.environment.kind}: it raised in "
+                f"{ENV_FAILURES_IN_A_ROW} episode groups in a row (the last: {errors[0]}); fix it "
+                "and resume, or set another environment"
+            )
+        return bool(errors)
 
     def end_skipped(self) -> None:
         if not self.skipped:

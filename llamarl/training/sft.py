@@ -55,13 +55,19 @@ def episode_demonstration(policy: Policy, factory: EnvFactory) -> Demonstration:
         history: list[Message] = env.start(example)
         ids = renderer.prompt(history)
         labels = [-100] * len(ids)
+        before_turn: list[Message] = []  # the conversation before the last model turn
+        pending: list[Message] = []  # the environment's since: one reply, as at run time
         for message in env.demonstration(example):
-            if message["role"] == "assistant":
-                turn = renderer.ids(message["content"]) + [policy.eos_id]
-                ids, labels = ids + turn, labels + turn
-            else:
-                reply = renderer.reply(history[:-1], True, [message])
+            if message["role"] != "assistant":
+                pending.append(message)
+                continue
+            if pending:
+                reply = renderer.reply(before_turn, True, pending)
                 ids, labels = ids + reply, labels + [-100] * len(reply)
+                history, pending = history + pending, []
+            before_turn = list(history)
+            turn = renderer.ids(message["content"]) + [policy.eos_id]
+            ids, labels = ids + turn, labels + turn
             history = history + [message]
         return ids, labels
 

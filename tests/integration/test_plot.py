@@ -15,6 +15,7 @@ from llamarl.errors import ConfigError
 from llamarl.launch.sync_run import run_sync
 from llamarl.observe.plot import plot
 from llamarl.roles import runtime
+from llamarl.roles import trainer as trainer_module
 
 MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
          "max_position_embeddings": 32}  # fmt: skip
@@ -89,3 +90,19 @@ def test_plot_shows_a_runs_episodes_turn_by_turn(tmp_path: Path) -> None:
     page = written[-1].read_text()
     assert "| 2 | tool | = 7  |" in page and "| 1 | model |" in page
     assert "ended: env_error" in page and "ended: done" in page
+
+
+def test_an_environment_that_always_raises_ends_the_run_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(trainer_module, "ENV_FAILURES_IN_A_ROW", 3)
+    config = parse_config({
+        "run_id": "broken-env", "run_dir": str(tmp_path / "broken"), "model": MODEL,
+        "task": {"kind": "arithmetic", "num_digits": 1, "num_eval": 2},
+        "environment": {"kind": "tests.episode_envs:AlwaysRaisingEnv", "max_tokens": 12},
+        "generation": {"num_samples": 2, "max_new_tokens": 3},
+        "trainer": {"prompts_per_step": 2, "num_steps": 2, "eval_every": 2, "sft_steps": 0},
+    })  # fmt: skip
+    with pytest.raises(ConfigError, match="AlwaysRaisingEnv: it raised in 3 episode groups in a "
+                                          "row .the last: RuntimeError: always broken"):  # fmt: skip
+        run_sync(config)

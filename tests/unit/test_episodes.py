@@ -12,6 +12,7 @@ from llamarl.config import EnvironmentConfig, ModelConfig, RunConfig
 from llamarl.engine.episodes import EpisodeRunner, Sampling
 from llamarl.engine.model import build_policy
 from llamarl.engine.rollouts import oldest_version, pack_episodes, score_group, train_group
+from llamarl.engine.turns import TurnRenderer
 from llamarl.envs.registry import EnvFactory, environment_class
 from llamarl.errors import ConfigError, ProtocolError
 from llamarl.protocol import ScoredGroup, TypedArray
@@ -123,8 +124,21 @@ def test_limits_end_episodes_by_turns_and_tokens() -> None:
     assert {e.end for e in by_turns} == {"max_turns"}
     assert all(e.num_model_turns == 1 for e in by_turns)
     by_tokens = play(runner("tests.episode_envs:TwoTurnEnv", max_tokens=10), num_samples=2)
-    assert {e.end for e in by_tokens} == {"max_tokens"}
+    assert "max_tokens" in {e.end for e in by_tokens}
     assert all(len(e.tokens) <= 10 for e in by_tokens)
+    # The turn that reaches the limit is still judged: the environment's reward counts.
+    assert all(e.reward is not None for e in by_tokens if e.num_model_turns == 2)
+
+
+def test_an_environment_answering_with_anything_but_an_envstep_ends_its_episode() -> None:
+    examples_ = examples(4)
+    run = runner("tests.episode_envs:BadOutputEnv")
+    episodes = run.run(examples_, 1, Sampling(8, generator=torch.Generator().manual_seed(0)),
+                       lambda: 0)  # fmt: skip
+    assert [e.end for e in episodes] == ["env_error"] * 4
+    errors = [str(e.error) for e in episodes]
+    assert "not an EnvStep" in errors[0] and "messages must be" in errors[1]
+    assert "finite number" in errors[2] and "finite number" in errors[3]
 
 
 def test_an_environment_that_raises_ends_its_episode_and_the_trainer_refuses_its_group() -> None:
@@ -157,6 +171,26 @@ def test_a_custom_environment_is_checked_before_anything_starts() -> None:
         environment_class("no_such_module:Env")
     with pytest.raises(ConfigError, match="is not a class with start"):
         environment_class("tests.episode_envs:RELEASE")
+    with pytest.raises(ValueError, match="fsdp ranks evaluate together"):
+        RunConfig.model_validate({"environment": {"kind": "retry"},
+                                  "trainer": {"ranks": 2, "sharding": "fsdp"}})  # fmt: skip
     with pytest.raises(ValueError, match="generation.min_new_tokens"):
         RunConfig.model_validate({"environment": {"kind": "retry"},
                                   "generation": {"min_new_tokens": 2}})  # fmt: skip
+
+
+def test_a_reply_is_what_follows_the_model_turn_even_when_the_template_rewrites_it() -> None:
+    """A template that renders the last assistant turn differently (as Qwen3's adds an empty
+    think block): the reply is read after the model's text in the whole conversation."""
+    policy = build_policy(ModelConfig(), seed=0)
+    policy.tokenizer.chat_template = (
+        "{% for m in messages %}{% if m.role == 'user' %}-{% elif m.role == 'assistant' %}*"
+        "{% if loop.last %}00{% endif %}{% else %} {% endif %}{{ m.content }}={% endfor %}"
+        "{% if add_generation_prompt %}*{% endif %}"
+    )
+    policy.chat = True
+    renderer = TurnRenderer(policy)
+    history = [{"role": "user", "content": "1+1"}]
+    assert renderer.prompt(history) == run_ids("-1+1=*")
+    reply = renderer.reply(history, True, [{"role": "tool", "content": "2"}])
+    assert reply == run_ids("= 2=*")
