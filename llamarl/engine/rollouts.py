@@ -40,6 +40,18 @@ def _array(tensor: torch.Tensor, dtype: type) -> TypedArray:
     return TypedArray.from_numpy(tensor.detach().cpu().numpy().astype(dtype))
 
 
+def _texts(texts: Sequence[str]) -> TypedArray:
+    """Completion texts as they travel: UTF-8, joined by NUL."""
+    return TypedArray.from_numpy(np.frombuffer("\0".join(texts).encode(), dtype=np.uint8))
+
+
+def _group(example: Example, ticket_id: int, attempt: int, **arrays: Any) -> RolloutGroup:
+    """The group of ticket `ticket_id`'s attempt, with its example's fields and `arrays`."""
+    return RolloutGroup(rollout_id=f"{ticket_id}.{attempt}", ticket_id=ticket_id,
+                        attempt=attempt, prompt_index=example.index, prompt=example.prompt,
+                        answer=example.answer, **arrays)  # fmt: skip
+
+
 def pack_groups(
     policy: Policy,
     batch: SampleBatch,
@@ -56,21 +68,17 @@ def pack_groups(
         mask = batch.completion_mask[rows]
         prompt = batch.prompt_ids[g * n][batch.prompt_mask[g * n].bool()]
         versions = torch.where(mask.bool(), policy_version, -1)
-        joined = "\0".join(texts[rows]).encode()
         groups.append(
-            RolloutGroup(
-                rollout_id=f"{ticket_id}.{attempt}",
-                ticket_id=ticket_id,
-                attempt=attempt,
-                prompt_index=example.index,
-                prompt=example.prompt,
-                answer=example.answer,
+            _group(
+                example,
+                ticket_id,
+                attempt,
                 prompt_tokens=_array(prompt, np.int32),
                 completion_tokens=_array(batch.completion_ids[rows], np.int32),
                 completion_lengths=_array(mask.sum(-1), np.int32),
                 behaviour_logprobs=_array(batch.logprobs[rows], np.float32),
                 token_versions=_array(versions, np.int32),
-                completions=TypedArray.from_numpy(np.frombuffer(joined, dtype=np.uint8)),
+                completions=_texts(texts[rows]),
             )
         )
     return groups
@@ -109,24 +117,18 @@ def pack_episodes(
             tokens[i, :size], logprobs[i, :size] = episode.tokens, episode.logprobs
             versions[i, :size] = episode.versions
         finals = [(e.model_texts() or [""])[-1] for e in rows]
+        lengths = np.array([len(e.tokens) for e in rows], dtype=np.int32)
         groups.append(
-            RolloutGroup(
-                rollout_id=f"{ticket_id}.{attempt}",
-                ticket_id=ticket_id,
-                attempt=attempt,
-                prompt_index=example.index,
-                prompt=example.prompt,
-                answer=example.answer,
+            _group(
+                example,
+                ticket_id,
+                attempt,
                 prompt_tokens=TypedArray.from_numpy(np.array(rows[0].prompt, dtype=np.int32)),
                 completion_tokens=TypedArray.from_numpy(tokens),
-                completion_lengths=TypedArray.from_numpy(
-                    np.array([len(e.tokens) for e in rows], dtype=np.int32)
-                ),
+                completion_lengths=TypedArray.from_numpy(lengths),
                 behaviour_logprobs=TypedArray.from_numpy(logprobs),
                 token_versions=TypedArray.from_numpy(versions),
-                completions=TypedArray.from_numpy(
-                    np.frombuffer("\0".join(finals).encode(), dtype=np.uint8)
-                ),
+                completions=_texts(finals),
                 episodes=json.dumps([e.record() for e in rows]),
             )
         )

@@ -4,7 +4,6 @@ config allows, and the factory that makes one environment an episode."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +14,7 @@ from llamarl.errors import ConfigError
 from llamarl.rewards.verifiers import Verifier
 from llamarl.tools import Tool
 from llamarl.tools.calculator import Calculator
+from llamarl.user_code import load_named
 
 BUILT_IN: dict[str, type] = {"calculator": CalculatorEnv, "retry": RetryEnv}
 DEFAULT_TOOLS = {"calculator": ["calculator"], "retry": []}
@@ -25,20 +25,12 @@ def environment_class(kind: str) -> Callable[[EnvContext], Any]:
     lacks `start` and `step`."""
     if kind in BUILT_IN:
         return BUILT_IN[kind]
-    module_name, _, class_name = kind.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as err:  # any failure importing user code is a configuration problem
-        raise ConfigError(
-            f"environment.kind {kind}: cannot import {module_name} ({type(err).__name__}: "
-            f"{err}); install it or put it on PYTHONPATH"
-        ) from None
-    cls = getattr(module, class_name, None)
+    cls = load_named(kind, "environment.kind")
     if not isinstance(cls, type) or not all(
         callable(getattr(cls, name, None)) for name in ("start", "step")
     ):
         raise ConfigError(
-            f"environment.kind {kind}: {module_name}.{class_name} is not a class with start() "
+            f"environment.kind {kind}: {kind.replace(':', '.')} is not a class with start() "
             "and step(); see docs/environments.md"
         )
     return cls

@@ -8,27 +8,18 @@ an exception or a non-number scores 0.0 and is logged, never taking the worker d
 
 from __future__ import annotations
 
-import importlib
-
 from llamarl.errors import ConfigError
 from llamarl.rewards.verifiers import Verifier, guarded
+from llamarl.user_code import load_named
 
 
 def load_reward(spec: str) -> Verifier:
     """The function `module:function` names, guarded; ConfigError naming task.reward when it
     cannot be imported or is not callable."""
-    module_name, _, function_name = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as err:  # any failure importing user code is a configuration problem
-        raise ConfigError(
-            f"task.reward {spec}: cannot import {module_name} ({type(err).__name__}: {err}); "
-            "install it or put it on PYTHONPATH"
-        ) from None
-    function = getattr(module, function_name, None)
+    function = load_named(spec, "task.reward")
     if not callable(function):
         raise ConfigError(
-            f"task.reward {spec}: {module_name} has no function {function_name}; name one that "
+            f"task.reward {spec}: {spec.replace(':', ' has no function ')}; name one that "
             "takes (completion, answer) and returns a float"
         )
     return guarded(spec, function)
