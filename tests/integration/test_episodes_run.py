@@ -20,7 +20,7 @@ from tests.integration.async_helpers import (
     write_config,
 )
 
-STEPS = 12
+STEPS = 8
 
 
 def _kill_inside_an_episode(launcher_pid: int, markers: Path) -> int:

@@ -1,4 +1,4 @@
-"""Fuzz: 10,000 invalid messages to each broker endpoint and to each input of every worker role
+"""Fuzz: 5,000 invalid messages to each broker endpoint and to each input of every worker role
 (real processes, real sockets, real Redis). Nothing crashes, every message is counted as rejected
 (locally and in Redis), memory stays bounded, and valid traffic still flows afterwards."""
 
@@ -27,7 +27,7 @@ from tests.conftest import start_broker_process
 from tests.fuzz import bad_commands, bad_messages, bad_subscriptions, bad_sync_requests
 from tests.integration.async_helpers import write_config
 
-FRAMES = 10_000
+FRAMES = 5_000
 MAX_BYTES = 4096
 BATCH = 1000  # below the high-water marks on the way (1000 + 1000), so none is dropped
 RSS_GROWTH_KB = 64 * 1024
