@@ -91,6 +91,13 @@ def _register_others(bench_sub: Subparsers) -> None:
     adapters.add_argument("--prompts", type=int, default=2, help="prompts a batch")
     adapters.add_argument("--out", help="also write the JSON here")
     adapters.set_defaults(func=adapters_bench)
+    batching = bench_sub.add_parser("batching", help="generator tokens/s: static vs continuous")
+    batching.add_argument("config", help="run config YAML")
+    batching.add_argument("--pairs", type=int, default=3, help="interleaved static/continuous")
+    batching.add_argument("--threads", type=int, default=1, help="a generator's threads")
+    batching.add_argument("--batches", type=int, default=4, help="prompts_per_batch batches")
+    batching.add_argument("--out", help="also write the JSON here")
+    batching.set_defaults(func=batching_bench)
 
 
 def _emit(result: dict[str, Any], args: argparse.Namespace) -> int:
@@ -167,3 +174,9 @@ def memory_bench(args: argparse.Namespace) -> int:
     from llamarl.bench.memory import bench
 
     return _emit(bench(args.sizes.split(","), args.configs.split(","), args.steps), args)
+
+
+def batching_bench(args: argparse.Namespace) -> int:
+    from llamarl.bench.batching import bench
+
+    return _emit(bench(Path(args.config), args.pairs, args.threads, args.batches), args)

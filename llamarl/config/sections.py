@@ -241,6 +241,16 @@ class GenerationConfig(_Section):
     """Sampling temperature; behaviour log-probs are taken under the tempered distribution."""
     top_p: float = Field(1.0, gt=0, le=1)
     """Nucleus sampling mass; see docs/learning.md for how truncation enters mu and pi."""
+    batching: Literal["continuous", "static"] = "continuous"
+    """continuous: a finished completion leaves the running batch and a newly claimed prompt's
+    samples join it between decode steps, so no sequence waits for the longest of its batch;
+    static: a batch of `prompts_per_batch` prompts decodes until its longest completion ends
+    (every earlier release). Multi-turn episodes batch each turn across episodes either way."""
+    inflight_updates: bool = True
+    """With continuous batching, a generator takes up a new version between two decode steps and
+    its sequences go on with it (each token keeps the version that sampled it); a group whose
+    oldest token falls more than `staleness.max_staleness` versions behind is restarted from its
+    prompt. false: a new version waits until the running batch has drained."""
     device: Literal["cpu", "cuda"] = "cpu"
     """Where generators decode (and hold the weights they receive)."""
     dtype: Literal["float32", "bfloat16"] = "float32"

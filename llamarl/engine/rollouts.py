@@ -57,9 +57,11 @@ def pack_groups(
     batch: SampleBatch,
     examples: Sequence[Example],
     tickets: Sequence[tuple[int, int]],
-    policy_version: int,
+    policy_version: int | torch.Tensor,
 ) -> list[RolloutGroup]:
-    """One RolloutGroup per prompt; `tickets` holds (ticket_id, attempt) per example."""
+    """One RolloutGroup per prompt; `tickets` holds (ticket_id, attempt) per example;
+    `policy_version` is the version of every token, or each token's (a tensor shaped like the
+    batch's completions)."""
     n = batch.completion_ids.shape[0] // len(examples)
     texts = completion_texts(policy, batch)
     groups = []
@@ -67,7 +69,10 @@ def pack_groups(
         rows = slice(g * n, (g + 1) * n)
         mask = batch.completion_mask[rows]
         prompt = batch.prompt_ids[g * n][batch.prompt_mask[g * n].bool()]
-        versions = torch.where(mask.bool(), policy_version, -1)
+        sampled_by = (
+            policy_version[rows] if isinstance(policy_version, torch.Tensor) else policy_version
+        )
+        versions = torch.where(mask.bool(), sampled_by, -1)
         groups.append(
             _group(
                 example,

@@ -10,6 +10,14 @@ announcement instead of polling. Every token is tagged with the version that pro
 environment (multi-turn episodes, `llamarl.engine.episodes`) a version announced between two
 turns is taken up before the next, so an episode's later turns may be newer than its first; the
 staleness gate and the trainer judge it by its oldest token.
+
+With continuous batching (`generation.batching`, the default) the generator keeps one running
+batch of up to `prompts_per_batch` x `num_samples` rows (`llamarl.roles.in_flight`): a row leaves
+when it ends, a ticket is claimed as soon as `num_samples` places are free, each group is
+published the moment its samples have all ended, and with
+`generation.inflight_updates` swaps a new version in between two decode steps, restarting any
+group whose oldest token would fall more than `max_staleness` versions behind. A sync run's
+batch goes through the same running batch, claimed whole and drained.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from collections import Counter
 import structlog
 import torch
 
+from llamarl.engine.continuous import Sampler
 from llamarl.engine.episodes import EpisodeRunner, Sampling
 from llamarl.engine.model import Policy
 from llamarl.engine.rollouts import pack_episodes, pack_groups
@@ -26,6 +35,7 @@ from llamarl.engine.sampling import sample
 from llamarl.errors import SyncError
 from llamarl.protocol import RolloutGroup, VersionAnnouncement
 from llamarl.roles.base import RoleResult
+from llamarl.roles.in_flight import Finished, InFlight
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.store import Ticket
 from llamarl.tasks import Example, PromptSet
@@ -71,6 +81,18 @@ class Generator:
         self.prompts_per_version = config.trainer.prompts_per_step * config.sync.every_steps
         self.total_tickets = config.trainer.num_steps * config.trainer.prompts_per_step
         self.versions = runtime.bus.subscribe([VERSIONS])
+        gen = config.generation
+        self.in_flight = (
+            InFlight(policy, Sampler(gen.num_samples, gen.max_new_tokens, gen.min_new_tokens,
+                                     gen.temperature, gen.top_p, rng))
+            if gen.batching == "continuous" and episodes is None else None
+        )  # fmt: skip
+        """The running batch (continuous batching); None: a static batch at a time."""
+        self.claim_at = 0.0
+        """The clock time before which the staleness gate is taken to be closed."""
+        self.waiting: dict[str, str] | None = None
+        """A version announced while the batch runs, taken up once it has drained (continuous
+        batching without in-flight updates)."""
 
     def newest_announced(self, wait_ms: int) -> dict[str, str] | None:
         """The newest version announced above ours, waiting up to `wait_ms` for one; after a
@@ -103,12 +125,12 @@ class Generator:
             structlog.contextvars.bind_contextvars(policy_version=version)
             self.runtime.count("syncs")
 
-    def claim(self) -> list[Ticket]:
+    def claim(self, count: int) -> list[Ticket]:
         runtime = self.runtime
         config = runtime.config
         return runtime.store.claim_tickets(
             runtime.worker_id,
-            config.generation.prompts_per_batch,
+            count,
             lease_s=config.staleness.lease_s,
             max_staleness=config.staleness.max_staleness,
             prompts_per_step=self.prompts_per_version,
@@ -117,10 +139,13 @@ class Generator:
         )
 
     def completions(
-        self, examples: list[Example], pairs: list[tuple[int, int]]
+        self, tickets: list[Ticket], examples: list[Example]
     ) -> tuple[list[RolloutGroup], int]:
-        """One group per example, and the tokens the model wrote for them."""
+        """One group per ticket, and the tokens the model wrote for them."""
         gen = self.runtime.config.generation
+        pairs = [(t.ticket_id, t.attempt) for t in tickets]
+        if self.in_flight is not None:
+            return self.drained(tickets, examples)
         if self.episodes is not None:
             episodes = self.episodes.run(
                 examples,
@@ -148,25 +173,36 @@ class Generator:
         groups = pack_groups(self.policy, batch, examples, pairs, self.policy_version)
         return groups, int(batch.completion_mask.sum())
 
+    def drained(
+        self, tickets: list[Ticket], examples: list[Example]
+    ) -> tuple[list[RolloutGroup], int]:
+        """A whole batch through the running batch, decoded until every group has ended."""
+        assert self.in_flight is not None
+        self.in_flight.admit(tickets, examples)
+        done: list[Finished] = []
+        while len(self.in_flight):
+            done += self.in_flight.step(self.policy_version)
+        order = {t.ticket_id: i for i, t in enumerate(tickets)}
+        done.sort(key=lambda f: order[f.ticket.ticket_id])
+        return [f.group for f in done], sum(f.num_tokens for f in done)
+
+    def take_up(self, meta: dict[str, str]) -> None:
+        started = self.runtime.clock()
+        self.sync_weights(meta)
+        self.runtime.add_time("sync_s", started)
+
     def take_up_newer(self) -> None:
         """Between an episode's turns: swap in a version announced meanwhile, so the next turns
         are sampled with it (each token keeps the version that sampled it)."""
         meta = self.newest_announced(0)
         if meta is not None:
-            started = self.runtime.clock()
-            self.sync_weights(meta)
-            self.runtime.add_time("sync_s", started)
+            self.take_up(meta)
 
-    def generate(self, tickets: list[Ticket]) -> None:
+    def publish(self, tickets: list[Ticket], groups: list[RolloutGroup], num_tokens: int) -> None:
+        """Send the groups whose tickets this generator still holds. A lease lost meanwhile was
+        reissued to another generator: its result would only be a duplicate."""
         runtime = self.runtime
         started = runtime.clock()
-        examples = [self.prompt_set.train_item(t.ticket_id) for t in tickets]
-        pairs = [(t.ticket_id, t.attempt) for t in tickets]
-        groups, num_tokens = self.completions(examples, pairs)
-        runtime.add_time("sample_s", started)
-        started = runtime.clock()
-        # A lease lost meanwhile was reissued to another generator: its result would only be a
-        # duplicate, so it is not sent.
         held = runtime.store.renew_leases(tickets, runtime.config.staleness.lease_s)
         for group, still_held in zip(groups, held, strict=True):
             if still_held:
@@ -176,6 +212,14 @@ class Generator:
         runtime.count("groups", len(tickets))
         runtime.count("generated_tokens", num_tokens)
 
+    def generate(self, tickets: list[Ticket]) -> None:
+        runtime = self.runtime
+        started = runtime.clock()
+        examples = [self.prompt_set.train_item(t.ticket_id) for t in tickets]
+        groups, num_tokens = self.completions(tickets, examples)
+        runtime.add_time("sample_s", started)
+        self.publish(tickets, groups, num_tokens)
+
     def step(self, wait_ms: int) -> bool:
         """Take up a newer version if one is announced (waiting up to `wait_ms`), then claim and
         generate one batch; False when the gate gave nothing."""
@@ -183,11 +227,10 @@ class Generator:
         meta = self.newest_announced(wait_ms)
         runtime.timer.busy()
         if meta is not None:
-            started = runtime.clock()
-            self.sync_weights(meta)
-            runtime.add_time("sync_s", started)
+            self.take_up(meta)
         started = runtime.clock()
-        tickets = self.claim() if self.policy_version >= 0 else []
+        count = runtime.config.generation.prompts_per_batch
+        tickets = self.claim(count) if self.policy_version >= 0 else []
         runtime.add_time("claim_s", started)
         if tickets:
             with runtime.keep_alive("running", beat_now=False):  # an LLM's batch can be long
@@ -198,8 +241,82 @@ class Generator:
     def start(self) -> None:
         """Nothing before the loop: the first version arrives like any other."""
 
+    def follow_versions(self, wait_ms: int) -> None:
+        """Take up the newest announced version: at once when the batch is empty or with
+        in-flight updates (restarting the groups it leaves too old), else once it has drained."""
+        assert self.in_flight is not None
+        config = self.runtime.config
+        meta = self.newest_announced(wait_ms)
+        running = len(self.in_flight) > 0
+        if meta is not None and running and not config.generation.inflight_updates:
+            self.waiting, meta = meta, None
+        elif meta is None and not running and self.waiting is not None:
+            meta = self.waiting
+        if meta is None:
+            return
+        self.waiting = None
+        self.take_up(meta)
+        floor = self.policy_version - config.staleness.max_staleness
+        self.runtime.count("groups_restarted", self.in_flight.restart_older_than(floor))
+        self.claim_at = 0.0
+
+    def fill(self) -> None:
+        """Claim tickets for the batch's free places (none while a version waits for it to
+        drain); after a claim that got nothing the gate stays closed until a newer version, or
+        WAIT_MS (dynamic sampling can hand a slot back)."""
+        assert self.in_flight is not None
+        runtime = self.runtime
+        free = self.in_flight.batch.free_groups(runtime.config.generation.prompts_per_batch)
+        if free <= 0 or self.waiting is not None or self.policy_version < 0:
+            return
+        if runtime.clock() < self.claim_at:
+            return
+        started = runtime.clock()
+        tickets = self.claim(free)
+        runtime.add_time("claim_s", started)
+        if not tickets:
+            self.claim_at = runtime.clock() + WAIT_MS / 1000
+            return
+        self.in_flight.admit(tickets, [self.prompt_set.train_item(t.ticket_id) for t in tickets])
+
+    def stream(self) -> None:
+        """The loop with continuous batching: follow versions, keep the batch full, decode one
+        step, publish the groups it ended."""
+        assert self.in_flight is not None
+        runtime, in_flight = self.runtime, self.in_flight
+        self.claim_at = 0.0
+        busy = False
+        while not runtime.stopping:
+            runtime.beat(policy_version=self.policy_version)
+            if runtime.stopping:
+                break
+            gate_closed = self.policy_version < 0 or runtime.clock() < self.claim_at
+            self.follow_versions(WAIT_MS if not len(in_flight) and gate_closed else 0)
+            self.fill()
+            if not len(in_flight):
+                if busy:
+                    runtime.timer.idle()
+                busy = False
+                continue
+            if not busy:
+                runtime.timer.busy()
+            busy = True
+            started = runtime.clock()
+            done = in_flight.step(self.policy_version)
+            runtime.add_time("sample_s", started)
+            if done:
+                self.publish([f.ticket for f in done], [f.group for f in done],
+                             sum(f.num_tokens for f in done))  # fmt: skip
+        if busy:
+            runtime.timer.idle()
+
     def run(self) -> RoleResult:
         runtime = self.runtime
+        if self.in_flight is not None:
+            self.stream()
+            return RoleResult(
+                runtime.role, runtime.worker_id, int(runtime.counters.get("groups", 0))
+            )
         wait_ms = WAIT_MS  # no version yet: wait for the first one
         while not runtime.stopping:
             runtime.beat(policy_version=self.policy_version)
