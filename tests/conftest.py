@@ -20,6 +20,11 @@ from llamarl.store import RedisStore
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Every `llamarl run` a test starts lays its roles out as `split` unless the test says otherwise:
+# the default (auto) would profile the machine before each new config's first run (about 15 s).
+# tests/integration/test_layout.py runs auto and colocated.
+os.environ.setdefault("LLAMARL__WORKERS__LAYOUT", "split")
+
 LONGEST_FIRST = (
     "test_learning.py",  # about 340 s of a worker; makes the session's warm start first
     "test_chaos.py",  # 110 s

@@ -1,7 +1,9 @@
 """`llamarl run CONFIG`: a whole job on one machine.
 
 `--mode sync` runs the synchronous baseline in this process (`llamarl.launch.sync_run`). The default async
-mode starts a private Redis and broker (when the config names no Redis URL), then each role as
+mode lays the roles out on the cores (`llamarl.launch.layout`: by default the fastest layout the
+simulator predicts from the config's cached profile), starts a private Redis and broker (when the
+config names no Redis URL), then each role as
 `python -m workers.<role>` under `llamarl.launch.local`; with `--launcher ray` each role's process is
 held by a Ray actor instead (`llamarl.launch.ray_actors`). A launch is a fresh run: it clears the run
 directory's results, checkpoints and embedded Redis data; `--resume` keeps them and carries on a
@@ -21,7 +23,8 @@ import torch
 
 from brokers.embedded import EmbeddedServices
 from llamarl.config import load_config
-from llamarl.launch.cores import plan_threads, usable_cores
+from llamarl.launch.cores import usable_cores
+from llamarl.launch.layout import plan_layout
 from llamarl.launch.local import (
     check_redis,
     local_spawn,
@@ -48,17 +51,18 @@ def main(args: argparse.Namespace) -> int:
     check_launcher(args.launcher, args.mode)
     preflight(config, args.mode, args.launcher)  # before any process starts, let alone restarts
     run_dir = prepare_run_dir(config, resume=args.mode == "async" and args.resume)
-    if args.mode == "sync":
+    plan = None if args.mode == "sync" else plan_layout(config, args.config)
+    if plan is None or plan.kind == "lockstep":
         torch.set_num_threads(config.workers.num_cores or usable_cores())
         print(json.dumps(run_sync(config)), flush=True)
         return 0
+    config, split = plan.config, plan.split
     services = None
     if config.redis.url is None:
         services = EmbeddedServices(run_dir, config.run_id, config.broker.curve_keys).start()
-    split = plan_threads(config)
     if args.launcher == "ray":
         split = dataclasses.replace(split, pins={})  # Ray places the roles, not this host
-    env = worker_env(split, services.env() if services is not None else {})
+    env = worker_env(split, (services.env() if services is not None else {}) | plan.overrides)
 
     try:
         url = services.redis_url if services is not None else str(config.redis.url)

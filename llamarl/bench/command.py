@@ -55,8 +55,8 @@ def _register_others(bench_sub: Subparsers) -> None:
     resumed.set_defaults(func=resume)
     profiled = bench_sub.add_parser("profile", help="per-role costs on this machine, for sim")
     profiled.add_argument("config", help="run config YAML")
-    profiled.add_argument("--work-dir", default="runs/profile")
-    profiled.add_argument("--out", default="runs/profile/profile.json", help="the profile file")
+    profiled.add_argument("--out", help="also copy the profile here (it is cached either way)")
+    profiled.add_argument("--fresh", action="store_true", help="measure again, not the cache")
     profiled.set_defaults(func=profile)
     check = bench_sub.add_parser("sim-check", help="sim predictions against measured runs")
     check.add_argument("--config", default="configs/tiny.yaml")
@@ -98,6 +98,13 @@ def _register_others(bench_sub: Subparsers) -> None:
     batching.add_argument("--batches", type=int, default=4, help="prompts_per_batch batches")
     batching.add_argument("--out", help="also write the JSON here")
     batching.set_defaults(func=batching_bench)
+    grid = bench_sub.add_parser("grid", help="default run vs sync on a grid of shapes")
+    grid.add_argument("--shapes", default="demo,generation_heavy,train_heavy,variable_length,"
+                      "smollm2_train_heavy,smollm2_generation_heavy")  # fmt: skip
+    grid.add_argument("--pairs", type=int, default=3, help="interleaved rounds per shape")
+    grid.add_argument("--work-dir", default="runs/bench-grid")
+    grid.add_argument("--out", help="also write the JSON here")
+    grid.set_defaults(func=grid_bench)
 
 
 def _emit(result: dict[str, Any], args: argparse.Namespace) -> int:
@@ -143,7 +150,7 @@ def resume(args: argparse.Namespace) -> int:
 def profile(args: argparse.Namespace) -> int:
     from llamarl.bench.profile import profile as run_profile
 
-    result = run_profile(Path(args.config), Path(args.work_dir), Path(args.out))
+    result = run_profile(Path(args.config), Path(args.out) if args.out else None, args.fresh)
     return _emit(result, argparse.Namespace(out=None))  # --out is the profile itself
 
 
@@ -180,3 +187,17 @@ def batching_bench(args: argparse.Namespace) -> int:
     from llamarl.bench.batching import bench
 
     return _emit(bench(Path(args.config), args.pairs, args.threads, args.batches), args)
+
+
+def grid_bench(args: argparse.Namespace) -> int:
+    from llamarl.bench.grid import SHAPES, bench
+
+    names = args.shapes.split(",")
+    unknown = [name for name in names if name not in SHAPES]
+    if unknown:
+        from llamarl.errors import ConfigError
+
+        raise ConfigError(
+            f"--shapes: unknown {', '.join(unknown)}; choose from {', '.join(SHAPES)}"
+        )
+    return _emit(bench(names, args.pairs, Path(args.work_dir)), args)

@@ -1,218 +1,355 @@
-"""`llamarl bench profile CONFIG --out FILE`: what each role's work costs on this machine, for
-`llamarl sim`.
+"""`llamarl bench profile CONFIG`: what each role's work costs on this machine, for `llamarl sim`
+and `workers.layout: auto`, measured in one process in well under a minute for the demo.
 
-For each thread count from 1 to the machine's cores: a generator's batch and a sync step's
-batch (or its double), each timed in a process of its own as a generator decodes it (EOS
-banned, every completion max_new_tokens long), give the generation cost per decode position (a
-fixed part and a part per sequence in the batch); two short sync runs of the config, as
-configured and with twice the prompts per step, give the training cost (a fixed part and a part
-per token). The sync run's generation against the generator's at the same batch gives the sync
-process's own slowdown (it also holds the trainer), charged to sync predictions. Scoring comes
-from the 1-thread run; staging and pulling a version of the model's size over the shared-memory
-transport from the weight-sync benchmark's rounds. The
-co-run slowdown: a generation batch repeated on one core beside a training step repeated on
-another, against each alone; and, with one process more than there are cores, how much slower
-than a fair share of the cores they run (switching and caches). The step-to-step spread of each phase in the 1-thread run (its
-coefficient of variation) lets the simulator vary durations as the machine does. Nothing here is fitted to async runs: `llamarl bench sim-check`
-compares the simulator with those.
+The model is built (or loaded) once. For each thread count from 1 to the machine's cores: up to
+16 decode positions at two batch sizes (a generator's batch and a sync step's, or its double),
+with the prompt's pass timed apart, give a batch's cost spread over its positions, fixed and per
+sequence; a training step on the config's step of full-length completions and one on half its
+rows give the training cost, fixed and per token. Between the first thread count and the second,
+forked copies of this process (one-threaded and warm so far) measure how roles slow each other:
+a generation batch repeated on one core beside a small training step repeated on another, against
+each alone, and a trainer on every core beside a one-thread generator against its fair share of
+the cores; the alone runs' spread from one repeat to the next is the jitter the simulator draws.
+Scoring is the config's scorer on completions sampled as the config samples, whose lengths the
+simulator then draws from; staging and pulling a version is a copy of the weights each way.
+
+A profile is cached under `LLAMARL_CACHE_DIR` (default ~/.cache/llamarl) by the config's fields
+that change these costs and by the machine (host, usable cores, CPU model, torch version); a
+second call with the same key reads it back (`--fresh` measures again).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import multiprocessing as mp
 import os
+import platform
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
+from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
-from llamarl.bench.async_vs_sync import RunResult, run_once
-from llamarl.bench.decode_probe import batch_seconds
-from llamarl.bench.weight_sync import transport_rounds
-from llamarl.config import parse_config
+from llamarl.config import RunConfig, parse_config
 from llamarl.config.run import read_tree
-from llamarl.launch.cores import usable_cores, work_probes
+from llamarl.engine.adapters import with_adapters
+from llamarl.engine.grouped import TrainGroup
+from llamarl.engine.model import Policy, make_policy
+from llamarl.engine.rollouts import pack_groups
+from llamarl.engine.sampling import sample
+from llamarl.launch.cores import encoded_prompts, usable_cores
 from llamarl.sim.costs import Costs, ThreadCosts
+from llamarl.tasks import make_prompt_set
 
-PROFILE_STEPS = 12
-CORUN_S = 8.0
-SYNC_ROUNDS = 5
-
-
-def profile_tree(base: dict[str, Any], threads: int, prompts_per_step: int) -> dict[str, Any]:
-    """The config for one profile run: `prompts_per_step` prompts a step (a sync run decodes
-    them as one batch), every completion max_new_tokens long, a short run with evaluation only
-    at its end."""
-    generation = dict(base.get("generation", {}))
-    trainer = dict(base.get("trainer", {}))
-    config = parse_config(base)
-    generation["min_new_tokens"] = config.generation.max_new_tokens
-    generation["prompts_per_batch"] = min(config.generation.prompts_per_batch, prompts_per_step)
-    trainer |= {"prompts_per_step": prompts_per_step,
-                "num_steps": PROFILE_STEPS, "eval_every": PROFILE_STEPS, "sft_steps": 0,
-                "checkpoint_every": 0}  # fmt: skip
-    task = dict(base.get("task", {})) | {"num_eval": min(config.task.num_eval, 8)}
-    workers = dict(base.get("workers", {})) | {"num_cores": threads}
-    return base | {"generation": generation, "trainer": trainer, "task": task, "workers": workers}
+DECODE_POSITIONS = 16
+"""Decode positions timed per batch after the prompt's pass and first token (fewer when
+max_new_tokens is shorter); a batch's cost is that pass plus max_new_tokens - 1 of them."""
+CORUN_POSITIONS = 4
+"""Decode positions of the co-run probes' generation unit."""
+CORUN_S = 1.5
+"""Seconds each forked probe repeats its unit of work."""
+COST_SECTIONS = ("model", "task", "generation", "algorithm", "trainer", "sampling", "environment")
+"""The config sections whose fields can change a role's cost (the run's length and bookkeeping
+fields are dropped from the cache key below)."""
+NOT_COSTS = {"trainer": ("num_steps", "eval_every", "sft_steps", "checkpoint_every",
+                         "keep_checkpoints", "lr", "sft_lr", "lr_schedule", "lr_warmup_steps",
+                         "lr_min_ratio"),
+             "task": ("num_eval",)}  # fmt: skip
 
 
-def phase_means(result: RunResult) -> dict[str, float]:
-    """Mean seconds per step of each sync phase and tokens per step, and the coefficient of
-    variation of generation and training from step to step, over the steps after the first
-    that did not evaluate."""
-    kept = [r for r in result.records[1:] if "eval_s" not in r]
-    means = {key: statistics.mean(r[key] for r in kept)
-             for key in ("generate_s", "score_s", "train_s", "num_tokens")}  # fmt: skip
-    for key in ("generate_s", "train_s"):
-        means[f"{key}_cv"] = statistics.stdev(r[key] for r in kept) / means[key]
-    return means
+def cache_dir() -> Path:
+    return Path(os.environ.get("LLAMARL_CACHE_DIR", Path.home() / ".cache" / "llamarl"))
 
 
-def line(x: tuple[float, float], y: tuple[float, float]) -> tuple[float, float]:
-    """(intercept, slope) through two points; where the intercept would be negative (the cost
-    grows faster than linearly), the proportional line through the first point, the
-    configured size, which the simulator then reproduces exactly."""
-    slope = (y[1] - y[0]) / (x[1] - x[0])
-    intercept = y[0] - slope * x[0]
-    if intercept < 0 or slope < 0:
-        return 0.0, y[0] / x[0]
-    return intercept, slope
+def machine() -> dict[str, Any]:
+    cpu = ""
+    if Path("/proc/cpuinfo").exists():
+        names = [line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]  # fmt: skip
+        cpu = names[0].split(":", 1)[1].strip() if names else ""
+    return {"host": platform.node(), "cores": usable_cores(), "cpu": cpu,
+            "torch": torch.__version__}  # fmt: skip
 
 
-def fit(small: dict[str, float], large: dict[str, float], base: dict[str, Any],
-        decode: Sequence[tuple[int, float]]) -> ThreadCosts:  # fmt: skip
-    """The decode cost line through two (sequences, seconds of a batch) points, and the
-    training cost line through a sync run and its double."""
-    length = parse_config(base).generation.max_new_tokens
-    (x0, y0), (x1, y1) = decode
-    decode_s, per_seq = line((x0, x1), (y0 / length, y1 / length))
-    train_s, per_token = line(
-        (small["num_tokens"], large["num_tokens"]), (small["train_s"], large["train_s"])
-    )
-    return ThreadCosts(decode_s=decode_s, decode_s_per_seq=per_seq, train_s=train_s,
-                       train_s_per_token=per_token)  # fmt: skip
+def cache_key(config: RunConfig) -> str:
+    """What the costs depend on: the config's cost fields and the machine."""
+    tree = config.model_dump(mode="json")
+    kept = {name: tree.get(name) for name in COST_SECTIONS}
+    for section, fields in NOT_COSTS.items():
+        kept[section] = {k: v for k, v in (kept[section] or {}).items() if k not in fields}
+    text = json.dumps({"config": kept, "machine": machine()}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _probe_loop(tree: dict[str, Any], label: str, core: int | None, ready: Any, go: Any,
-                out: Any) -> None:  # fmt: skip
-    """Repeat one role's unit of work (a generation batch or a training step) for CORUN_S
-    seconds once told to go, on `core` (None: wherever the OS puts it); report the median
-    seconds of one."""
+class Probes:
+    """The units of work a profile times, on one model: a generation batch and a training step."""
+
+    def __init__(self, config: RunConfig) -> None:
+        from llamarl.roles.build import scorer
+        from llamarl.training.learner import Learner
+
+        self.config = config
+        gen = config.generation
+        policy = make_policy(config.model, config.seed)
+        self.policy: Policy = with_adapters(policy, config.model.lora, config.seed)
+        per_step = config.trainer.prompts_per_step
+        self.batches = ((gen.prompts_per_batch, per_step) if gen.prompts_per_batch < per_step
+                        else (per_step, 2 * per_step))  # fmt: skip
+        self.prompts = encoded_prompts(config, self.policy, max(self.batches))
+        self.rng = torch.Generator().manual_seed(config.seed)
+        algorithm = config.algorithm.with_loss_constant(gen.max_new_tokens)
+        self.learner = Learner(self.policy, algorithm, config.trainer, gen.temperature)
+        self.scorer = scorer(config.task, nullcontext)
+        self.step_groups = self.train_groups(per_step, gen.num_samples)
+        self.half_groups = self.train_groups(per_step, max(1, gen.num_samples // 2))
+        self.corun_groups = self.train_groups(1, min(2, gen.num_samples))
+
+    def decode(self, prompts: int, positions: int) -> Any:
+        gen = self.config.generation
+        return sample(self.policy, self.prompts[:prompts], num_samples=gen.num_samples,
+                      max_new_tokens=positions, min_new_tokens=positions,
+                      temperature=gen.temperature, top_p=gen.top_p,
+                      generator=self.rng)  # fmt: skip
+
+    def train_groups(self, groups: int, rows: int) -> list[TrainGroup]:
+        """`groups` of the step's prompts, `rows` full-length completions each."""
+        length = self.config.generation.max_new_tokens
+        vocab = len(self.policy.tokenizer)
+        made = torch.Generator().manual_seed(0)
+        return [
+            TrainGroup(
+                prompt_ids=torch.tensor(prompt),
+                completion_ids=torch.randint(3, vocab, (rows, length), generator=made),
+                completion_mask=torch.ones((rows, length), dtype=torch.long),
+                behaviour_logprobs=torch.zeros((rows, length)),
+                rewards=torch.arange(rows, dtype=torch.float32),
+            )
+            for prompt in self.prompts[:groups]
+        ]
+
+    def train(self, groups: list[TrainGroup]) -> None:
+        self.learner.step(groups)
+
+    def tokens(self, groups: list[TrainGroup]) -> int:
+        return sum(g.completion_ids.numel() + g.prompt_ids.numel() * g.completion_ids.shape[0]
+                   for g in groups)  # fmt: skip
+
+    def generate_unit(self) -> None:
+        """A generator's batch, CORUN_POSITIONS long (the co-run probes' unit)."""
+        self.decode(self.batches[0], CORUN_POSITIONS)
+
+    def train_unit(self) -> None:
+        """A training step on one prompt's two completions (the co-run probes' unit)."""
+        self.train(self.corun_groups)
+
+
+def seconds(work: Callable[[], Any], repeats: int = 1) -> float:
+    """The fastest of `repeats` timed calls."""
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        work()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def _loop(work: Callable[[], Any], threads: int, core: int | None, ready: Any, go: Any,
+          out: Any, label: str) -> None:  # fmt: skip
+    """A forked probe: repeat `work` on `threads` threads for CORUN_S (at least once) once told
+    to go; report every repeat's time."""
     if core is not None:
         os.sched_setaffinity(0, {core})
-    torch.set_num_threads(1)
-    generate, train = work_probes(parse_config(tree))
-    work = generate if label.startswith("generate") else train
-    work()  # warm
+    torch.set_num_threads(threads)
+    work()  # warm: the first touch of memory shared with the parent copies it
     ready.put(label)
     go.wait()
     times: list[float] = []
     ends = time.perf_counter() + CORUN_S
-    while time.perf_counter() < ends:
+    while time.perf_counter() < ends or not times:
         started = time.perf_counter()
         work()
         times.append(time.perf_counter() - started)
-    out.put((label, statistics.median(times)))
+    out.put((label, times))
 
 
-def probe_times(tree: dict[str, Any], labels: list[str], pin: bool = True) -> dict[str, float]:
-    """Median seconds of each probe's unit of work (label "generate..." or "train..."), all at
-    once: on cores of their own (`pin`), or left to the OS scheduler."""
-    ctx = mp.get_context("spawn")
+Unit = tuple[Callable[[], Any], int]
+"""A unit of work and the threads it runs on."""
+
+
+def together(units: dict[str, Unit], pin: bool) -> dict[str, list[float]]:
+    """Every repeat's seconds of each labelled unit, all running at once in forked copies of
+    this process: one-thread units on cores of their own (`pin`), or left to the scheduler."""
+    ctx = mp.get_context("fork")
     ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     cores = sorted(os.sched_getaffinity(0))
-    procs = [ctx.Process(target=_probe_loop,
-                         args=(tree, label, cores[i] if pin else None, ready, go, out))
-             for i, label in enumerate(labels)]  # fmt: skip
+    procs = [ctx.Process(target=_loop, args=(work, threads,
+                                             cores[i % len(cores)] if pin else None,
+                                             ready, go, out, label))
+             for i, (label, (work, threads)) in enumerate(units.items())]  # fmt: skip
     for proc in procs:
         proc.start()
-    for _ in labels:
+    for _ in units:
         ready.get(timeout=600)
     go.set()
-    times = dict(out.get(timeout=600) for _ in labels)
+    times = dict(out.get(timeout=600) for _ in units)
     for proc in procs:
         proc.join(60)
     return times
 
 
-def corun(tree: dict[str, Any]) -> tuple[dict[str, float], float, dict[str, Any]]:
-    """Each role's time beside the other (generation on one core, training on another) / its
-    time alone; and the oversubscription slowdown: with one process more than there are cores
-    (a trainer and `cores` generators, left to the scheduler), how much slower each runs than
-    a fair share of the cores would make it, on average; and the probes' seconds."""
-    alone = {role: probe_times(tree, [role])[role] for role in ("generate", "train")}
-    together = probe_times(tree, ["generate", "train"])
-    slowdown = {role: max(1.0, together[role] / alone[role]) for role in alone}
+def corun(probes: Probes) -> tuple[dict[str, float], float, dict[str, float], dict[str, Any]]:
+    """(each role's time beside the other / alone, a core each; the oversubscribed slowdown: a
+    trainer on every core beside a one-thread generator, left to the scheduler, against its
+    fair share of the cores (its threads wait for each other at every parallel region, so one
+    descheduled thread holds up all of them); each role's spread alone, as a coefficient of
+    variation; the probes' median seconds)."""
     cores = len(os.sched_getaffinity(0))
-    crowd = probe_times(tree, ["train"] + [f"generate-{i}" for i in range(cores)], pin=False)
+    units = {"generate": (probes.generate_unit, 1), "train": (probes.train_unit, 1)}
+    alone_runs = {role: together({role: unit}, pin=True)[role] for role, unit in units.items()}
+    alone = {role: statistics.median(t) for role, t in alone_runs.items()}
+    jitter = {role: statistics.pstdev(t) / statistics.mean(t) for role, t in alone_runs.items()}
+    if cores == 1:
+        return {}, 1.0, jitter, {"alone": alone}
+    side = {role: statistics.median(t) for role, t in together(units, pin=True).items()}
+    slowdown = {role: max(1.0, side[role] / alone[role]) for role in units}
+    wide = {"train": (probes.train_unit, cores)}
+    wide_alone = statistics.median(together(wide, pin=False)["train"])
+    crowd = together(wide | {"generate": (probes.generate_unit, 1)}, pin=False)
     fair = (cores + 1) / cores
-    ratios = [crowd[label] / alone[label.split("-")[0]] / (fair * slowdown[label.split("-")[0]])
-              for label in crowd]  # fmt: skip
-    probes = {"alone": alone, "side_by_side": together, "crowded": crowd}
-    return slowdown, max(1.0, statistics.mean(ratios)), probes
+    crowded = statistics.median(crowd["train"]) / (wide_alone * fair * slowdown["train"])
+    probes_s = {"alone": alone, "side_by_side": side, "train_on_every_core": wide_alone,
+                "crowded": {label: statistics.median(t) for label, t in crowd.items()}}  # fmt: skip
+    return slowdown, max(1.0, crowded), jitter, probes_s
 
 
-def model_bytes(tree: dict[str, Any]) -> int:
-    from llamarl.engine.model import make_policy
-
-    config = parse_config(tree)
-    policy = make_policy(config.model, config.seed)
-    return sum(p.numel() * p.element_size() for p in policy.model.parameters())
-
-
-def decode_batches(per_batch: int, per_step: int) -> tuple[int, int]:
-    """Prompts in the two timed batches: a generator's and a sync step's (or its double)."""
-    return (per_batch, per_step) if per_batch < per_step else (per_step, 2 * per_step)
+def line(x: tuple[float, float], y: tuple[float, float]) -> tuple[float, float]:
+    """(intercept, slope) through two points; where the intercept would be negative (the cost
+    grows faster than linearly), the proportional line through the second point, the
+    configured size, which the simulator then reproduces exactly."""
+    slope = (y[1] - y[0]) / (x[1] - x[0])
+    intercept = y[0] - slope * x[0]
+    if intercept < 0 or slope < 0:
+        return 0.0, y[1] / x[1]
+    return intercept, slope
 
 
-def profile(config_path: Path, work_dir: Path, out: Path) -> dict[str, Any]:
-    work_dir.mkdir(parents=True, exist_ok=True)
-    base = read_tree(config_path)
-    cores = usable_cores()
+def thread_costs(probes: Probes) -> tuple[ThreadCosts, dict[str, Any]]:
+    """Decode and training costs at the current thread count."""
+    gen = probes.config.generation
+    length = gen.max_new_tokens
+    timed = min(length - 1, DECODE_POSITIONS)
+    decode_points = []
+    for prompts in probes.batches:
+        first = seconds(partial(probes.decode, prompts, 1), repeats=2)
+        per_position = 0.0
+        if timed:
+            longer = seconds(partial(probes.decode, prompts, 1 + timed), repeats=2)
+            per_position = max(0.0, longer - first) / timed
+        batch = first + (length - 1) * per_position  # the prompt's pass spread over positions
+        decode_points.append((prompts * gen.num_samples, batch / length))
+    (x0, y0), (x1, y1) = decode_points
+    decode_s, per_seq = line((x0, x1), (y0, y1))
+    half = probes.half_groups
+    probes.train(half)  # warm (the optimizer's state, the allocator)
+    sizes = [
+        (probes.tokens(g), seconds(partial(probes.train, g))) for g in (half, probes.step_groups)
+    ]
+    train_s, per_token = line((sizes[0][0], sizes[1][0]), (sizes[0][1], sizes[1][1]))
+    costs = ThreadCosts(decode_s=decode_s, decode_s_per_seq=per_seq, train_s=train_s,
+                        train_s_per_token=per_token)  # fmt: skip
+    return costs, {"decode_s_per_position": decode_points, "train_tokens_s": sizes}
+
+
+def scoring(probes: Probes) -> tuple[float, list[int]]:
+    """The config's scorer on a generator batch sampled as the config samples (EOS allowed
+    after min_new_tokens): seconds per group, and the completions' lengths."""
+    gen, count = probes.config.generation, probes.batches[0]
+    batch = sample(probes.policy, probes.prompts[:count], num_samples=gen.num_samples,
+                   max_new_tokens=gen.max_new_tokens, min_new_tokens=gen.min_new_tokens,
+                   temperature=gen.temperature, top_p=gen.top_p,
+                   generator=probes.rng)  # fmt: skip
+    prompt_set = make_prompt_set(probes.config.task, probes.config.seed)
+    examples = [prompt_set.train_item(i) for i in range(count)]
+    groups = pack_groups(probes.policy, batch, examples, [(i, 0) for i in range(count)], 0)
+    started = time.perf_counter()
+    for group in groups:
+        probes.scorer.score(group)
+    return (time.perf_counter() - started) / count, batch.completion_mask.sum(1).tolist()
+
+
+def copy_s(policy: Policy) -> tuple[float, int]:
+    """Seconds to copy the weights into one flat buffer (what staging or pulling a version over
+    shared memory costs, each way), and their bytes."""
+    params = [p.detach() for p in policy.model.parameters()]
+    size = sum(p.numel() * p.element_size() for p in params)
+    flat = torch.empty(size, dtype=torch.uint8)
+
+    def copy() -> None:
+        offset = 0
+        for p in params:
+            count = p.numel() * p.element_size()
+            flat[offset : offset + count].copy_(p.reshape(-1).view(torch.uint8))
+            offset += count
+
+    return seconds(copy, repeats=3), size
+
+
+def measure(config: RunConfig) -> tuple[Costs, dict[str, Any]]:
+    started = time.perf_counter()
+    torch.set_num_threads(1)
+    probes = Probes(config)
+    loaded = time.perf_counter() - started
     threads: dict[int, ThreadCosts] = {}
-    measured: dict[str, Any] = {}
-    config = parse_config(base)
-    per_step, samples = config.trainer.prompts_per_step, config.generation.num_samples
-    batches = decode_batches(config.generation.prompts_per_batch, per_step)
-    decoded: dict[str, Any] = {}
-    for count in range(1, cores + 1):
-        runs = {f"x{scale}": phase_means(run_once(profile_tree(base, count, per_step * scale),
-                                                  "sync", f"t{count}-x{scale}", work_dir))
-                for scale in (1, 2)}  # fmt: skip
-        measured[str(count)] = runs
-        decode = [(prompts * samples, batch_seconds(base, count, prompts)) for prompts in batches]
-        decoded[str(count)] = decode
-        threads[count] = fit(runs["x1"], runs["x2"], base, decode)
+    points: dict[str, Any] = {}
+    for count in range(1, usable_cores() + 1):
+        if count == 2:  # forked while this process has run one thread only, and warm
+            slowdown, crowded, jitter, corun_s = corun(probes)
+        torch.set_num_threads(count)
+        threads[count], points[str(count)] = thread_costs(probes)
         print(f"profile {count} thread(s): {threads[count]}", file=sys.stderr, flush=True)
-    one = measured["1"]["x1"]
-    length = config.generation.max_new_tokens
-    alone = threads[cores].generate_s(per_step * samples, length)
-    in_sync = measured[str(cores)]["x1"]["generate_s"] / alone
-    slowdown, crowded, probes = (
-        corun(profile_tree(base, 1, per_step)) if cores > 1 else ({}, 1.0, {})
-    )
-    size = model_bytes(base)
-    rounds = transport_rounds("shm", "auto", size, 1, SYNC_ROUNDS, 16.0)
+    if len(threads) == 1:
+        slowdown, crowded, jitter, corun_s = corun(probes)
+    torch.set_num_threads(1)
+    stage, size = copy_s(probes.policy)
+    prompt_tokens = statistics.mean(len(p) for p in probes.prompts)
+    score_s, lengths = scoring(probes)
     costs = Costs(
-        threads=threads,
-        score_s_per_group=one["score_s"] / per_step,
-        stage_s=statistics.median(rounds["stage_s"]),
-        pull_s=statistics.median(rounds["pull_s"]),
-        prompt_tokens=one["num_tokens"] / (per_step * samples) - length,
-        corun_slowdown=slowdown,
-        cores=cores,
-        jitter_cv={"generate": one["generate_s_cv"], "train": one["train_s_cv"]},
-        oversubscribed_slowdown=crowded,
-        sync_generate_slowdown=in_sync,
-    )
-    extra = {"config": str(config_path), "model_bytes": size, "phase_means": measured,
-             "decode_batches_s": decoded,
-             "probes_s": probes,
-             "host": os.uname().nodename}  # fmt: skip
-    costs.save(out, extra)
-    return {"profile": str(out), **extra, "costs": yaml.safe_load(out.read_text())}
+        threads=threads, score_s_per_group=score_s, stage_s=stage, pull_s=stage,
+        prompt_tokens=prompt_tokens, corun_slowdown=slowdown, cores=usable_cores(),
+        jitter_cv=jitter, oversubscribed_slowdown=crowded, completion_lengths=lengths,
+    )  # fmt: skip
+    extra = {"model_bytes": size, "load_s": round(loaded, 2), "points": points,
+             "probes_s": corun_s}  # fmt: skip
+    return costs, extra
+
+
+def profile(config_path: Path, out: Path | None = None, fresh: bool = False) -> dict[str, Any]:
+    """The config's profile on this machine: cached, or measured and cached. JSON with the
+    profile's path, whether it was cached and the seconds it took."""
+    started = time.perf_counter()
+    config = parse_config(read_tree(config_path))
+    cached = cached_profile(config)
+    if fresh or not cached.exists():
+        costs, extra = measure(config)
+        extra |= {"config": str(config_path), "machine": machine(),
+                  "measured_s": round(time.perf_counter() - started, 2)}  # fmt: skip
+        costs.save(cached, extra)
+        hit = False
+    else:
+        hit = True
+    tree = json.loads(cached.read_text())
+    if out is not None and out != cached:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(cached.read_text())
+    return {"profile": str(out or cached), "cached": hit,
+            "seconds": round(time.perf_counter() - started, 2), "costs": tree}  # fmt: skip
+
+
+def cached_profile(config: RunConfig) -> Path:
+    return cache_dir() / "profiles" / f"{cache_key(config)}.json"

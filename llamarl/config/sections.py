@@ -294,6 +294,13 @@ class LoggingConfig(_Section):
 
 
 class WorkersConfig(_Section):
+    layout: Literal["auto", "split", "colocated"] = "auto"
+    """How `llamarl run` lays an async run out on the cores. auto: profile the config on this
+    machine (cached), predict every candidate layout with the simulator and start the fastest
+    (printed, with the alternatives, and written to RUN_DIR/layout.json); split: trainer and
+    generators side by side, the cores split by their measured work; colocated: one generator
+    and the trainer, each on every core, taking turns like sync (max_staleness 0). See
+    docs/scaling-out.md, Layout."""
     num_generators: int = Field(1, ge=1, le=1024)
     """Generator processes started by `llamarl run`."""
     num_reward: int = Field(1, ge=1, le=1024)

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from llamarl.algorithms.overlong import overlong_shaping
 from llamarl.bus import BusClient
-from llamarl.config import RunConfig, writable_run_dir
+from llamarl.config import RunConfig, TaskConfig, writable_run_dir
 from llamarl.curve import load_curve
 from llamarl.engine.adapters import with_adapters
 from llamarl.engine.episodes import EpisodeRunner
@@ -132,22 +134,27 @@ def episode_runner(config: RunConfig, policy: Policy) -> EpisodeRunner | None:
     return EpisodeRunner(policy, factory, config.environment)
 
 
-def reward(runtime: RoleRuntime) -> RewardScorer:
-    """The scorer with the task's verifier or the user's own function (`task.reward`), and the
-    reward model (`task.reward_model`) when there is one."""
-    task = runtime.config.task
+def scorer(task: TaskConfig, loading: Callable[[], AbstractContextManager[Any]]) -> GroupScorer:
+    """The task's verifier or the user's own function (`task.reward`), with the reward model
+    (`task.reward_model`, loaded inside `loading()`) when there is one."""
     if task.reward is not None:
         scorer: GroupScorer = FunctionScorer(load_reward(task.reward), task.reward)
     else:
         scorer = FunctionScorer(make_verifier(task.verifier), task.verifier)
     if task.reward_model is not None:
-        with runtime.keep_alive("loading reward model"):
+        with loading():
             scorer = RewardModelScorer(
                 task.reward_model,
                 task.reward_model_weight,
                 None if task.reward_model_only else scorer,
             )
-    return RewardScorer(runtime, scorer)
+    return scorer
+
+
+def reward(runtime: RoleRuntime) -> RewardScorer:
+    """A reward worker with the config's scorer."""
+    return RewardScorer(runtime, scorer(runtime.config.task,
+                                        lambda: runtime.keep_alive("loading reward model")))  # fmt: skip
 
 
 def checkpoint_store(config: RunConfig) -> CheckpointStore:

@@ -59,6 +59,8 @@ class Costs:
     handover_s: float = 0.0
     """Seconds a sync step spends handing the trained weights to its generation engine: 0 for
     llamarl's sync mode (the same model in process); a gather-and-broadcast elsewhere."""
+    completion_lengths: list[int] = field(default_factory=list)
+    """Completion lengths the profile's model sampled (empty: not measured)."""
 
     def jittered(self, rng: random.Random, role: str, seconds: float) -> float:
         """`seconds` scaled by a log-normal factor of mean 1 and the role's spread."""
@@ -94,6 +96,7 @@ class Costs:
                 jitter_cv={k: float(v) for k, v in tree.get("jitter_cv", {}).items()},
                 sync_generate_slowdown=float(tree.get("sync_generate_slowdown", 1.0)),
                 handover_s=float(tree.get("handover_s", 0.0)),
+                completion_lengths=[int(n) for n in tree.get("completion_lengths", [])],
             )
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise ConfigError(
@@ -104,14 +107,18 @@ class Costs:
 
 @dataclass(frozen=True)
 class Lengths:
-    """Completion lengths in tokens: all `longest` (sigma 0), or log-normal with that median
-    and sigma (a long tail), cut at `longest`."""
+    """Completion lengths in tokens: drawn from `observed` lengths when there are some, else
+    all `median` (sigma 0), or log-normal with that median and sigma (a long tail), cut at
+    `longest`."""
 
     longest: int
     median: float
     sigma: float = 0.0
+    observed: tuple[int, ...] = ()
 
     def draw(self, rng: random.Random, count: int) -> list[int]:
+        if self.observed:
+            return [rng.choice(self.observed) for _ in range(count)]
         if self.sigma == 0:
             return [min(self.longest, max(1, round(self.median)))] * count
         mu = math.log(self.median)

@@ -3,12 +3,14 @@ the sweep over core splits and staleness bounds."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from llamarl.config import RunConfig
 from llamarl.launch.cores import split_cores
 from llamarl.sim.costs import Costs, Lengths
-from llamarl.sim.rl import Layout, simulate_async, simulate_sync, speedup
+from llamarl.sim.rl import Layout, Prediction, simulate_async, simulate_sync, speedup
 
 SWEEP_STALENESS = (0, 1, 2, 4)
 
@@ -42,15 +44,20 @@ def layout_of(config: RunConfig, cores: int, costs: Costs) -> Layout:
         prompts_per_step=config.trainer.prompts_per_step,
         prompts_per_batch=config.generation.prompts_per_batch,
         num_samples=config.generation.num_samples,
+        continuous=config.generation.batching == "continuous" and config.environment.kind is None,
     )
 
 
-def lengths_of(config: RunConfig, median: float | None, sigma: float) -> Lengths:
+def lengths_of(config: RunConfig, median: float | None, sigma: float,
+               observed: Sequence[int] = ()) -> Lengths:  # fmt: skip
     """Completion lengths: every one max_new_tokens long when EOS is banned before the last
-    position, else log-normal with the given median (default max_new_tokens) and sigma."""
+    position; else log-normal with the given median and sigma, or (neither given) the lengths
+    the profile's model sampled, or all max_new_tokens long."""
     longest = config.generation.max_new_tokens
     if config.generation.min_new_tokens >= longest - 1:
         return Lengths(longest, longest)
+    if median is None and sigma == 0 and observed:
+        return Lengths(longest, longest, observed=tuple(observed))
     return Lengths(longest, median or longest, sigma)
 
 
@@ -61,20 +68,23 @@ def predict(layout: Layout, costs: Costs, lengths: Lengths, steps: int) -> dict[
             "speedup": round(speedup(sync, asynchronous), 3)}  # fmt: skip
 
 
-def candidates(base: Layout, cores: int) -> list[Layout]:
+def candidates(base: Layout, cores: int, max_staleness: int = max(SWEEP_STALENESS)) -> list[Layout]:
     """Every split of `cores` between the trainer and 1..cores+1 generators (threads a process
-    at least one; more processes than cores share them), at each staleness bound."""
+    at least one; more threads than cores share them: the trainer may take every core, as it
+    does while the generators wait), at each staleness bound up to `max_staleness`; and the
+    colocated layout (generation and training in turn on every core)."""
     layouts = []
+    bounds = [b for b in SWEEP_STALENESS if b < max_staleness] + [max_staleness]
     for generators in range(1, cores + 2):
-        for trainer in range(1, max(1, cores - generators) + 1):
-            for per_generator in range(1, max(1, (cores - trainer) // generators) + 1):
-                for bound in SWEEP_STALENESS:
-                    layouts.append(Layout(
-                        cores=cores, num_generators=generators, generator_threads=per_generator,
-                        trainer_threads=trainer, num_reward=base.num_reward, max_staleness=bound,
-                        prompts_per_step=base.prompts_per_step,
-                        prompts_per_batch=base.prompts_per_batch, num_samples=base.num_samples,
-                    ))  # fmt: skip
+        for trainer in range(1, cores + 1):
+            for per_generator in range(1, max(1, (cores - 1) // generators) + 1):
+                for bound in bounds:
+                    layouts.append(replace(base, cores=cores, num_generators=generators,
+                                           generator_threads=per_generator,
+                                           trainer_threads=trainer, max_staleness=bound,
+                                           colocated=False))  # fmt: skip
+    layouts.append(replace(base, cores=cores, num_generators=1, generator_threads=cores,
+                           trainer_threads=cores, max_staleness=0, colocated=True))  # fmt: skip
     return layouts
 
 
@@ -83,11 +93,12 @@ TIE = 0.03
 errors against measured runs can tell apart."""
 
 
-def cost_of(row: dict[str, Any]) -> tuple[int, int, int]:
-    """What a tie is settled by: fewer processes (memory, weight syncs), then fewer threads,
-    then a lower staleness bound (updates closer to on-policy)."""
+def cost_of(row: dict[str, Any]) -> tuple[int, int, int, int]:
+    """What a tie is settled by: overlap first (a split layout keeps both roles busy where the
+    prediction cannot tell them apart), then fewer processes (memory, weight syncs), fewer
+    threads, and a lower staleness bound (updates closer to on-policy)."""
     threads = row["num_generators"] * row["generator_threads"] + row["trainer_threads"]
-    return row["num_generators"], threads, row["max_staleness"]
+    return int(row["colocated"]), row["num_generators"], threads, row["max_staleness"]
 
 
 def recommend(rows: list[dict[str, Any]], tie: float) -> dict[str, Any]:
@@ -96,18 +107,28 @@ def recommend(rows: list[dict[str, Any]], tie: float) -> dict[str, Any]:
     return min((r for r in rows if r["s_per_step"] <= fastest * (1 + tie)), key=cost_of)
 
 
+def simulate(layout: Layout, costs: Costs, lengths: Lengths, steps: int) -> Prediction:
+    """A layout's predicted run: colocated in turn, else side by side."""
+    if layout.colocated:
+        return simulate_sync(layout, costs, lengths, steps)
+    return simulate_async(layout, costs, lengths, steps)
+
+
 def sweep(base: Layout, costs: Costs, lengths: Lengths, steps: int, cores: int,
-          tie: float = TIE) -> dict[str, Any]:  # fmt: skip
-    """Async s/step of every candidate layout, fastest first, against the sync run. The
+          tie: float = TIE, max_staleness: int = max(SWEEP_STALENESS)) -> dict[str, Any]:  # fmt: skip
+    """Predicted s/step of every candidate layout, fastest first, against the sync run. The
     recommendation (`best`) is the cheapest layout within `tie` of the fastest."""
     rows = []
-    for layout in candidates(base, cores):
-        predicted = simulate_async(layout, costs, lengths, steps)
+    for layout in candidates(base, cores, max_staleness):
+        predicted = simulate(layout, costs, lengths, steps)
         rows.append({"num_generators": layout.num_generators,
                      "generator_threads": layout.generator_threads,
                      "trainer_threads": layout.trainer_threads,
                      "max_staleness": layout.max_staleness,
-                     "s_per_step": round(predicted.s_per_step, 4)})  # fmt: skip
+                     "colocated": layout.colocated,
+                     "s_per_step": round(predicted.s_per_step, 4),
+                     "idle_fraction": {k: round(v, 3)
+                                       for k, v in predicted.idle_fraction.items()}})  # fmt: skip
     rows.sort(key=lambda r: (r["s_per_step"], *cost_of(r)))
     sync = simulate_sync(base, costs, lengths, steps).s_per_step
     best = recommend(rows, tie)

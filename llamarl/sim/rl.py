@@ -37,10 +37,26 @@ class Layout:
     prompts_per_step: int
     prompts_per_batch: int
     num_samples: int
+    continuous: bool = False
+    """Continuous batching: a batch's rows cost their own lengths, not its longest one's."""
+    colocated: bool = False
+    """Generation and training in turn on every core (one generator, max_staleness 0)."""
 
     def describe(self) -> str:
+        if self.colocated:
+            return f"colocated: generator and trainer in turn on {self.cores} thread(s) each"
         return (f"{self.num_generators} generator(s) x {self.generator_threads} thread(s), "
                 f"trainer {self.trainer_threads} thread(s), max_staleness {self.max_staleness}")  # fmt: skip
+
+    def generate_s(self, costs: Costs, threads: int, lengths: list[int]) -> float:
+        """Seconds to decode a batch of completions of `lengths` alone at `threads`: static, it
+        runs until its longest ends with every row in it; continuous, its rows keep the batch
+        full, a decode step costing its fixed part once for every batch of rows."""
+        at = costs.at(threads)
+        if not self.continuous:
+            return at.generate_s(len(lengths), max(lengths))
+        total = sum(lengths)
+        return at.decode_s * total / len(lengths) + at.decode_s_per_seq * total
 
 
 @dataclass
@@ -128,9 +144,8 @@ class _AsyncRun:
         n = layout.num_samples
         lengths = self.lengths.draw(self.rng, len(tickets) * n)
         work = self.costs.jittered(
-            self.rng, "generate",
-            self.costs.at(layout.generator_threads).generate_s(len(lengths), max(lengths)),
-        )  # fmt: skip
+            self.rng, "generate", layout.generate_s(self.costs, layout.generator_threads, lengths)
+        )
         prompt = self.costs.prompt_tokens
         groups = [
             _Group(t, gen.held, round(sum(lengths[i * n : (i + 1) * n]) + n * prompt))
@@ -234,7 +249,9 @@ def simulate_sync(layout: Layout, costs: Costs, lengths: Lengths, steps: int,
                   seed: int = 0) -> Prediction:  # fmt: skip
     """Every phase on all `layout.cores` threads, one after another: the step's prompts
     decoded as one batch (as `llamarl run --mode sync` does), scored, trained, then the
-    profile's handover of the weights to generation (none when the sync run shares its model)."""
+    profile's handover of the weights to generation (none when the sync run shares its model).
+    A colocated layout (`layout.colocated`) is predicted the same way, its generator a process
+    of its own (without the sync process's slowdown) and each version staged and pulled."""
     rng = random.Random(seed)
     at = costs.at(layout.cores)
     sequences = layout.prompts_per_step * layout.num_samples
@@ -242,17 +259,22 @@ def simulate_sync(layout: Layout, costs: Costs, lengths: Lengths, steps: int,
     ends, now = [], 0.0
     for _ in range(steps):
         drawn = lengths.draw(rng, sequences)
-        totals["generate"] += at.generate_s(sequences, max(drawn)) * costs.sync_generate_slowdown
+        decode = at.generate_s(sequences, max(drawn))
+        if layout.continuous:  # a drained batch: rows leave as they end
+            decode = max(drawn) * at.decode_s + sum(drawn) * at.decode_s_per_seq
+        slowdown = 1.0 if layout.colocated else costs.sync_generate_slowdown
+        totals["generate"] += decode * slowdown
         tokens = sum(drawn) + round(sequences * costs.prompt_tokens)
         totals["score"] += layout.prompts_per_step * costs.score_s_per_group
         totals["train"] += at.step_train_s(tokens)
-        totals["handover"] += costs.handover_s
+        totals["handover"] += costs.stage_s + costs.pull_s if layout.colocated else costs.handover_s
         now = sum(totals.values())
         ends.append(now)
     total = sum(totals.values())
     idle = {phase: 1 - spent / total for phase, spent in totals.items()
             if spent or phase != "handover"}  # fmt: skip
-    return Prediction("sync", step_time(ends), idle, {0: steps * layout.prompts_per_step})
+    mode = "colocated" if layout.colocated else "sync"
+    return Prediction(mode, step_time(ends), idle, {0: steps * layout.prompts_per_step})
 
 
 def speedup(sync: Prediction, asynchronous: Prediction) -> float:

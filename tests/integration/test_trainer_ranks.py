@@ -278,9 +278,9 @@ def checkpoint_rank(rank: int, world: int, port: int, root: str, out: Any) -> No
         learner.step(step_groups())
     checkpoints = CheckpointStore(root, "test", keep=2)
     if rank == 0:
-        Checkpointer(checkpoints, MemoryStore(), 1, sharded=True, ranks=ranks).save(
-            learner, TrainerState(2, 2), ended_below=0
-        )
+        checkpointer = Checkpointer(checkpoints, MemoryStore(), 1, sharded=True, ranks=ranks)
+        checkpointer.save(learner, TrainerState(2, 2), ended_below=0)
+        checkpointer.flush(120)  # written by a background thread: on disk before this ends
         ranks.send(Order("stop"))
     else:
         order = ranks.receive()

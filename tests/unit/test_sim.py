@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llamarl.bench.profile import decode_batches, fit
+from llamarl.bench.profile import line
 from llamarl.config import parse_config
 from llamarl.sim.costs import Costs, Lengths, ThreadCosts
 from llamarl.sim.cpu import Cpu
@@ -97,22 +97,16 @@ def test_busy_processes_beyond_the_cores_share_them() -> None:
     assert finished == [("b", pytest.approx(1.5)), ("a", pytest.approx(1.75))]
 
 
-def test_the_profile_solves_its_cost_lines_from_timed_batches_and_a_run_and_its_double() -> None:
-    base = {"generation": {"num_samples": 4, "max_new_tokens": 10, "prompts_per_batch": 2},
-            "trainer": {"prompts_per_step": 4}}  # fmt: skip
+def test_the_profile_solves_its_cost_lines_through_two_timed_sizes() -> None:
     truth = ThreadCosts(decode_s=0.002, decode_s_per_seq=0.0005, train_s=0.1,
                         train_s_per_token=0.001)  # fmt: skip
-    runs = [{"generate_s": 9.0, "train_s": truth.step_train_s(tokens), "score_s": 0.0,
-             "num_tokens": tokens} for tokens in (200, 400)]  # fmt: skip
-    # A generator's batch (2 prompts, 8 sequences) and a sync step's (4 prompts, 16).
-    assert decode_batches(2, 4) == (2, 4) and decode_batches(4, 4) == (4, 8)
-    decode = [(n, truth.generate_s(n, 10)) for n in (8, 16)]
-    solved = fit(runs[0], runs[1], base, decode)
-    for name in ("decode_s", "decode_s_per_seq", "train_s", "train_s_per_token"):
-        assert getattr(solved, name) == pytest.approx(getattr(truth, name)), name
-    # Training that grows faster than linearly: the line goes through the configured size.
-    steep = fit(runs[0], runs[1] | {"train_s": 3 * runs[0]["train_s"]}, base, decode)
-    assert steep.train_s == 0 and steep.step_train_s(200) == pytest.approx(runs[0]["train_s"])
+    decode = line((8, 16), (truth.generate_s(8, 1), truth.generate_s(16, 1)))
+    assert decode == pytest.approx((truth.decode_s, truth.decode_s_per_seq))
+    train = line((200, 400), (truth.step_train_s(200), truth.step_train_s(400)))
+    assert train == pytest.approx((truth.train_s, truth.train_s_per_token))
+    # Growing faster than linearly: the line goes through the larger, the configured, size.
+    steep = line((200, 400), (0.3, 0.9))
+    assert steep[0] == 0 and 400 * steep[1] == pytest.approx(0.9)
 
 
 def test_a_sync_run_pays_its_measured_generation_slowdown() -> None:
@@ -185,7 +179,8 @@ def test_the_sweep_recommends_the_cheapest_of_the_layouts_tied_with_the_fastest(
     lowest staleness bound that keeps the speed (0 makes the roles take turns)."""
     cost = costs(decode_s=0.05, train_s=0.2, stage_s=0.0, pull_s=0.0)
     result = sweep(layout(cores=2), cost, FIXED, steps=60, cores=2)
-    rows = {(r["num_generators"], r["max_staleness"]): r["s_per_step"] for r in result["layouts"]}
+    rows = {(r["num_generators"], r["max_staleness"]): r["s_per_step"] for r in result["layouts"]
+            if (r["trainer_threads"], r["generator_threads"], r["colocated"]) == (1, 1, False)}  # fmt: skip
     one, two, three = rows[(1, 1)], rows[(2, 1)], rows[(3, 1)]
     assert one == pytest.approx(2 * LENGTH * 0.05, rel=0.01), "one generator: its batches"
     assert two < one * 0.8 and three == pytest.approx(two, rel=result["tie"])
@@ -237,7 +232,7 @@ def test_paper_mode_steps_are_their_phases_and_the_speedup_grows_with_scale(
 
 def test_a_tie_goes_to_fewer_processes_then_threads_then_less_staleness() -> None:
     def row(generators: int, threads: int, staleness: int, s_per_step: float) -> dict[str, float]:
-        return {"num_generators": generators, "generator_threads": threads,
+        return {"num_generators": generators, "generator_threads": threads, "colocated": False,
                 "trainer_threads": 1, "max_staleness": staleness, "s_per_step": s_per_step}  # fmt: skip
 
     rows = [row(3, 1, 2, 0.600), row(2, 2, 1, 0.608), row(2, 1, 4, 0.612), row(2, 1, 2, 0.615),
@@ -245,3 +240,47 @@ def test_a_tie_goes_to_fewer_processes_then_threads_then_less_staleness() -> Non
     assert recommend(rows, tie=0.03) == rows[3], "2 x 1 thread, the lower bound of the ties"
     assert recommend(rows, tie=0.015) == rows[1], "2.5% slower is no longer a tie"
     assert recommend(rows, tie=0.0) == rows[0], "no tolerance: the fastest"
+
+
+def test_a_colocated_step_is_the_sync_step_plus_staging_and_pulling_its_version() -> None:
+    cost = dataclasses.replace(costs(decode_s=0.01, train_s=0.5), sync_generate_slowdown=1.5)
+    colocated = simulate_sync(dataclasses.replace(layout(), colocated=True), cost, FIXED, 20)
+    # Its generator is a process of its own: no sync-process slowdown on decoding.
+    assert colocated.s_per_step == pytest.approx(
+        LENGTH * 0.01 + 4 * 0.01 + 0.5 + cost.stage_s + cost.pull_s
+    )
+    assert colocated.mode == "colocated"
+
+
+def test_continuous_batching_charges_each_row_its_own_length() -> None:
+    at = ThreadCosts(decode_s=0.01, decode_s_per_seq=0.001, train_s=0.1, train_s_per_token=0.0)
+    cost = dataclasses.replace(costs(0.01, 0.1), threads={1: at, 2: at})
+    lengths = [2, 2, 2, 10]
+    static = layout().generate_s(cost, 1, lengths)
+    continuous = dataclasses.replace(layout(), continuous=True).generate_s(cost, 1, lengths)
+    assert static == pytest.approx(10 * (0.01 + 0.001 * 4))
+    assert continuous == pytest.approx(0.01 * 16 / 4 + 0.001 * 16)
+    same = [10, 10, 10, 10]
+    assert layout().generate_s(cost, 1, same) == pytest.approx(
+        dataclasses.replace(layout(), continuous=True).generate_s(cost, 1, same)
+    )
+
+
+def test_the_sweep_gives_a_training_heavy_config_every_core_for_training() -> None:
+    """Training-heavy on 2 cores, training 1.9x faster on both cores than on one: a split that
+    gives the trainer one thread waits on a trainer slower than the whole sync step; the sweep's
+    choice trains on both cores (colocated, or a trainer with more threads than cores of its own)
+    and is predicted within 3% of sync."""
+    one = ThreadCosts(decode_s=0.002, decode_s_per_seq=0.0, train_s=1.0, train_s_per_token=0.0)
+    two = ThreadCosts(decode_s=0.0012, decode_s_per_seq=0.0, train_s=0.52, train_s_per_token=0.0)
+    cost = dataclasses.replace(costs(0.0, 0.0, stage_s=0.001, pull_s=0.001, corun=1.1),
+                               threads={1: one, 2: two}, oversubscribed_slowdown=1.2)  # fmt: skip
+    result = sweep(layout(cores=2), cost, FIXED, steps=40, cores=2, max_staleness=1)
+    rows = result["layouts"]
+    one_thread = [r["s_per_step"] for r in rows if r["trainer_threads"] == 1]
+    assert min(one_thread) > 1.7 * result["sync_s_per_step"]
+    (colocated,) = [r for r in rows if r["colocated"]]
+    assert colocated["s_per_step"] == pytest.approx(result["sync_s_per_step"] + 0.002, rel=1e-3)
+    assert result["best"]["trainer_threads"] == 2
+    assert result["best"]["s_per_step"] <= result["sync_s_per_step"] * 1.03
+    assert {r["max_staleness"] for r in rows} == {0, 1}, "never above the user's bound"

@@ -1,0 +1,150 @@
+"""`llamarl bench grid`: the default `llamarl run` against `--mode sync` on a grid of shapes.
+
+For each shape (a config): the profile is measured fresh and timed, then read back from the cache
+and timed again (what `workers.layout: auto` pays before a run: once per config and machine).
+Then `--pairs` interleaved rounds of three runs of the same work: sync, the default run (layout
+auto: the layout the simulator predicts fastest) and the best-predicted layout of the other kind
+(colocated when auto chose a split, else the split `workers.layout: split` starts), so the choice is checked against a
+measured alternative. Per run: seconds per RL step (`clean_step_s`: steps that neither evaluated
+nor followed an evaluation), the layout it ran and, for the auto run, the prediction it printed.
+
+Per shape: speed-up of the default over sync (sync s/step / default s/step) and of the alternative;
+the prediction error of the chosen layout (predicted / measured - 1); whether the choice was the
+fastest measured within the spread (its median no slower than the alternative's, or their
+min-max ranges overlap); and the overlap bound: sync s/step / the longer of its two
+phases (what perfect overlap of generation and training, each on every core, would give). With
+`min_new_tokens` the work is equal in both modes (the runs' generated tokens are reported).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from llamarl.bench.async_vs_sync import clean_step_s, run_once
+from llamarl.bench.stats import spread
+from llamarl.config.run import read_tree
+
+SHAPES = {
+    "demo": "configs/tiny.yaml",
+    "generation_heavy": "configs/bench_generation_heavy.yaml",
+    "train_heavy": "configs/bench_train_heavy.yaml",
+    "variable_length": "configs/bench_variable_length.yaml",
+    "smollm2_train_heavy": "configs/bench_smollm2_train_heavy.yaml",
+    "smollm2_generation_heavy": "configs/bench_smollm2_generation_heavy.yaml",
+}
+STEPS = {"smollm2_train_heavy": 10, "smollm2_generation_heavy": 10}
+"""RL steps of each run (default DEFAULT_STEPS): SmolLM2's take seconds each."""
+DEFAULT_STEPS = 40
+
+
+def _profile_s(config: str, fresh: bool) -> float:
+    command = [sys.executable, "-m", "workers.cli", "bench", "profile", config]
+    started = time.perf_counter()
+    done = subprocess.run([*command, "--fresh"] if fresh else command, capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"profile of {config} failed: {done.stderr[-2000:]}")
+    return round(time.perf_counter() - started, 2)
+
+
+def _tree(config: str, steps: int) -> dict[str, Any]:
+    """The shape's config for one timed run: `steps` RL steps, one evaluation at the end, no
+    warm start (seconds per step do not depend on what the model knows)."""
+    tree = read_tree(Path(config))
+    trainer = tree.get("trainer", {}) | {"num_steps": steps, "eval_every": steps, "sft_steps": 0,
+                                         "checkpoint_every": 0}  # fmt: skip
+    task = tree.get("task", {}) | {"num_eval": min(tree.get("task", {}).get("num_eval", 8), 16)}
+    return tree | {"trainer": trainer, "task": task}
+
+
+def _run(tree: dict[str, Any], mode: str, layout: str | None, name: str,
+         work_dir: Path) -> dict[str, Any]:  # fmt: skip
+    variant = tree
+    if layout is not None:
+        variant = tree | {"workers": tree.get("workers", {}) | {"layout": layout}}
+    result = run_once(variant, mode, name, work_dir)
+    ran = result.summary["mode"]  # a default run that chose lock-step ran the sync loop
+    row: dict[str, Any] = {"s_per_step": round(clean_step_s(result.records, ran), 4),
+                           "generated_tokens": sum(r.get("num_tokens", 0)
+                                                   for r in result.records)}  # fmt: skip
+    if mode == "sync":
+        kept = result.records[1:-1]
+        for phase in ("generate_s", "train_s"):
+            row[phase] = round(sum(r[phase] for r in kept) / len(kept), 4)
+    else:
+        row["layout"] = json.loads((work_dir / name / "layout.json").read_text())
+        row["ran"] = ran
+    return row
+
+
+def _other(layout: dict[str, Any]) -> str:
+    """The alternative a default run is checked against: a split run where auto chose to take
+    turns (colocated or lock-step), else colocated."""
+    return "colocated" if layout["kind"] == "split" else "split"
+
+
+def shape(name: str, config: str, pairs: int, work_dir: Path) -> dict[str, Any]:
+    steps = STEPS.get(name, DEFAULT_STEPS)
+    profile = {"fresh_s": _profile_s(config, fresh=True), "cached_s": _profile_s(config, False)}
+    tree = _tree(config, steps)
+    runs: dict[str, list[dict[str, Any]]] = {"sync": [], "default": [], "other": []}
+    for pair in range(pairs):
+        runs["sync"].append(_run(tree, "sync", None, f"{name}-sync-{pair}", work_dir))
+        default = _run(tree, "async", None, f"{name}-default-{pair}", work_dir)
+        runs["default"].append(default)
+        other = _other(default["layout"])
+        runs["other"].append(_run(tree, "async", other, f"{name}-{other}-{pair}", work_dir))
+        print(f"grid {name} pair {pair}: " + ", ".join(
+            f"{arm} {rows[-1]['s_per_step']}" for arm, rows in runs.items()), file=sys.stderr,
+            flush=True)  # fmt: skip
+    sync = [r["s_per_step"] for r in runs["sync"]]
+    default_s = [r["s_per_step"] for r in runs["default"]]
+    other_s = [r["s_per_step"] for r in runs["other"]]
+    chosen = runs["default"][0]["layout"]
+    predicted = (chosen["prediction"] or {}).get("chosen", {}).get("s_per_step")
+    bound = [
+        s / max(r["generate_s"], r["train_s"]) for s, r in zip(sync, runs["sync"], strict=True)
+    ]
+    default_median = spread(default_s)["median"]
+    return {
+        "config": config,
+        "steps": steps,
+        "profile_s": profile,
+        "chosen": {
+            key: chosen[key]
+            for key in (
+                "kind",
+                "num_generators",
+                "trainer_threads",
+                "generator_threads",
+                "max_staleness",
+            )
+        },  # fmt: skip
+        "s_per_step": {
+            "sync": spread(sync, 4),
+            "default": spread(default_s, 4),
+            "other": spread(other_s, 4),
+        },  # fmt: skip
+        "default_over_sync": spread([s / d for s, d in zip(sync, default_s, strict=True)]),
+        "other_over_sync": spread([s / o for s, o in zip(sync, other_s, strict=True)]),
+        "bound": spread(bound),
+        "predicted_s_per_step": predicted,
+        "prediction_error": round(predicted / default_median - 1, 3) if predicted else None,
+        "chose_fastest": (
+            default_median <= spread(other_s)["median"] or min(default_s) <= max(other_s)
+        ),
+        "runs": runs,
+    }
+
+
+def bench(names: list[str], pairs: int, work_dir: Path) -> dict[str, Any]:
+    work_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("LLAMARL_CACHE_DIR", str(work_dir / "cache"))
+    shapes = {name: shape(name, SHAPES[name], pairs, work_dir) for name in names}
+    return {"bench": "grid", "pairs": pairs, "shapes": shapes}

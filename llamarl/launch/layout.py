@@ -1,0 +1,163 @@
+"""`workers.layout`: how `llamarl run` lays an async run's roles out on the machine's cores.
+
+- `split`: trainer and generators side by side, the cores split by their measured work at
+  launch (`llamarl.launch.cores.plan_threads`), or by the config's thread counts.
+- `colocated`: one generator and the trainer, each with every core, taking turns as a sync run
+  does (max_staleness 0: the generator's next batch waits for the new version); scoring and the
+  weight handover still run beside them. Still an async run: the ledger, leases, checkpoints and
+  restarts work as in any other.
+- `auto` (the default): the config's profile on this machine (`llamarl bench profile`, cached by
+  config and machine: measured once, in about half a minute for the demo) and the simulator's
+  prediction for every candidate (`llamarl.sim.predict.candidates`: thread splits, the trainer
+  given more threads than it has cores of its own, 1 to cores+1 generators, staleness bounds up
+  to the config's `max_staleness`, and colocated); the fastest starts, ties going to the cheaper
+  layout. Fields the config sets explicitly (`num_generators`, `trainer_threads`,
+  `generator_threads`) are kept. When no layout is predicted at least MARGIN faster than the
+  lock-step sync loop, the run is that loop (as `--mode sync`, in the launcher's process; it
+  keeps no Redis ledger and writes no checkpoints, which the message says): so the default is
+  never predicted slower than sync. The choice and its predicted alternatives are printed and
+  written to RUN_DIR/layout.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llamarl.config import RunConfig
+from llamarl.launch.cores import CoreSplit, pin_cores, plan_threads, usable_cores
+
+SIMULATED_STEPS = 60
+MARGIN = 0.05
+"""An overlapping layout runs only when predicted at least this much faster than lock-step (the
+simulator's errors against measured runs are of this order)."""
+SHOWN = 4
+"""Alternatives printed beside the choice."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    config: RunConfig
+    """The config as laid out (generators, threads, staleness bound)."""
+    split: CoreSplit
+    kind: str
+    """split, colocated or lockstep (auto only: the sync loop in the launcher's process)."""
+    overrides: dict[str, str] = field(default_factory=dict)
+    """Environment overrides that give the workers the plan's fields."""
+    prediction: dict[str, Any] | None = None
+    """auto: the chosen layout's predicted s/step, the sync run's, and the alternatives."""
+
+
+def _laid_out(config: RunConfig, generators: int, trainer: int, generator: int,
+              staleness: int) -> RunConfig:  # fmt: skip
+    workers = config.workers.model_copy(update={
+        "num_generators": generators, "trainer_threads": trainer, "generator_threads": generator,
+    })  # fmt: skip
+    staleness_section = config.staleness.model_copy(update={"max_staleness": staleness})
+    return config.model_copy(update={"workers": workers, "staleness": staleness_section})
+
+
+def _plan(config: RunConfig, kind: str, generators: int, trainer: int, generator: int,
+          staleness: int, prediction: dict[str, Any] | None = None) -> Plan:  # fmt: skip
+    laid = _laid_out(config, generators, trainer, generator, staleness)
+    cores = config.workers.num_cores or usable_cores()
+    usable = sorted(os.sched_getaffinity(0))[:cores]
+    pins = {}
+    if kind == "split" and config.workers.pin_cores:
+        pins = pin_cores(usable, trainer, generator, generators)
+    overrides = {"LLAMARL__WORKERS__LAYOUT": kind,
+                 "LLAMARL__WORKERS__NUM_GENERATORS": str(generators),
+                 "LLAMARL__STALENESS__MAX_STALENESS": str(staleness)}  # fmt: skip
+    return Plan(laid, CoreSplit(trainer, generator, None, pins), kind, overrides, prediction)
+
+
+def colocated(config: RunConfig) -> Plan:
+    cores = config.workers.num_cores or usable_cores()
+    return _plan(config, "colocated", 1, cores, cores, 0)
+
+
+def split(config: RunConfig) -> Plan:
+    threads = plan_threads(config)
+    workers = config.workers
+    plan = _plan(config, "split", workers.num_generators, threads.trainer_threads,
+                 threads.generator_threads, config.staleness.max_staleness)  # fmt: skip
+    return Plan(plan.config, threads, "split", plan.overrides)
+
+
+def profiled(config_path: str) -> dict[str, Any]:
+    """`llamarl bench profile CONFIG`'s JSON, from a process of its own (the model it loads is
+    gone when it ends; the config's overrides travel in the environment)."""
+    command = [sys.executable, "-m", "workers.cli", "bench", "profile", config_path]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"layout auto: profiling failed (exit {done.returncode}): "
+                           f"{done.stderr.strip().splitlines()[-1:]}; set workers.layout: split")  # fmt: skip
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _describe(row: dict[str, Any]) -> str:
+    if row["colocated"]:
+        return f"colocated ({row['trainer_threads']} threads each, in turn)"
+    return (f"{row['num_generators']} generator(s) x {row['generator_threads']} thread(s), "
+            f"trainer {row['trainer_threads']} thread(s), max_staleness {row['max_staleness']}")  # fmt: skip
+
+
+def auto(config: RunConfig, config_path: str) -> Plan:
+    """The fastest predicted layout for `config` on this machine (see the module docstring)."""
+    from llamarl.sim.costs import Costs
+    from llamarl.sim.predict import TIE, layout_of, lengths_of, recommend, sweep
+
+    workers = config.workers
+    explicit = workers.model_fields_set & {"num_generators", "trainer_threads",
+                                           "generator_threads"}  # fmt: skip
+    if {"trainer_threads", "generator_threads"} <= explicit:
+        return split(config)
+    print(f"layout auto: profiling {config_path} on this machine (cached after the first run)",
+          file=sys.stderr, flush=True)  # fmt: skip
+    measured = profiled(config_path)
+    costs = Costs.load(Path(measured["profile"]))
+    cores = workers.num_cores or usable_cores()
+    lengths = lengths_of(config, None, 0.0, costs.completion_lengths)
+    result = sweep(layout_of(config, cores, costs), costs, lengths, SIMULATED_STEPS, cores,
+                   max_staleness=config.staleness.max_staleness)  # fmt: skip
+    rows = [r for r in result["layouts"] if all(r[name] == getattr(workers, name)
+                                                 for name in explicit) or r["colocated"]]  # fmt: skip
+    best = recommend(rows, TIE)
+    others = [r for r in rows if r is not best][:SHOWN]
+    prediction = {"chosen": best, "sync_s_per_step": result["sync_s_per_step"],
+                  "alternatives": others, "profile": measured["profile"],
+                  "profile_cached": measured["cached"], "profile_s": measured["seconds"]}  # fmt: skip
+    print(f"layout auto: best {_describe(best)}: predicted {best['s_per_step']:.3f} s/step "
+          f"(lock-step sync {result['sync_s_per_step']:.3f})", file=sys.stderr)  # fmt: skip
+    for row in others:
+        print(f"  alternative: {_describe(row)}: {row['s_per_step']:.3f} s/step", file=sys.stderr)
+    if best["s_per_step"] * (1 + MARGIN) > result["sync_s_per_step"]:
+        print("layout auto: lock-step, as --mode sync: no layout is predicted at least "
+              f"{MARGIN:.0%} faster; this run keeps no Redis ledger and writes no checkpoints "
+              "(set workers.layout: split or colocated to keep them)", file=sys.stderr)  # fmt: skip
+        return _plan(config, "lockstep", 1, cores, cores, 0, prediction)
+    kind = "colocated" if best["colocated"] else "split"
+    return _plan(config, kind, best["num_generators"], best["trainer_threads"],
+                 best["generator_threads"], best["max_staleness"], prediction)  # fmt: skip
+
+
+def plan_layout(config: RunConfig, config_path: str) -> Plan:
+    """The layout `llamarl run` starts; written to RUN_DIR/layout.json."""
+    layout = config.workers.layout
+    plan = {"split": split, "colocated": colocated}[layout](config) if layout != "auto" else (
+        auto(config, config_path)
+    )  # fmt: skip
+    record = {"layout": layout, "kind": plan.kind,
+              "num_generators": plan.config.workers.num_generators,
+              "trainer_threads": plan.split.trainer_threads,
+              "generator_threads": plan.split.generator_threads,
+              "max_staleness": plan.config.staleness.max_staleness,
+              "prediction": plan.prediction}  # fmt: skip
+    (Path(config.run_dir) / "layout.json").write_text(json.dumps(record, indent=2) + "\n")
+    return plan
