@@ -1,19 +1,17 @@
 """`llamarl run CONFIG`: a whole job on one machine.
 
 `--mode sync` runs the synchronous baseline in this process (`llamarl.launch.sync_run`). The default async
-mode lays the roles out on the cores (`llamarl.launch.layout`: by default the fastest layout the
-simulator predicts from the config's cached profile), starts a private Redis and broker (when the
-config names no Redis URL), then each role as
-`python -m workers.<role>` under `llamarl.launch.local`; with `--launcher ray` each role's process is
-held by a Ray actor instead (`llamarl.launch.ray_actors`). A launch is a fresh run: it clears the run
-directory's results, checkpoints and embedded Redis data; `--resume` keeps them and carries on a
-stopped run (Redis from its AOF, the trainer from its newest checkpoint).
+mode lays the roles out (`llamarl.launch.layout`), starts a private Redis and broker (when the config
+names no Redis URL), then each role as `python -m workers.<role>` under `llamarl.launch.local`; with
+`--launcher ray` each role's process is held by a Ray actor instead (`llamarl.launch.ray_actors`).
+A launch is a fresh run: it clears the run directory's results, checkpoints and embedded Redis data;
+`--resume` keeps them and carries on a stopped run (Redis from its AOF, the trainer from its newest
+checkpoint).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import signal
 import sys
@@ -51,8 +49,8 @@ def main(args: argparse.Namespace) -> int:
     check_launcher(args.launcher, args.mode)
     preflight(config, args.mode, args.launcher)  # before any process starts, let alone restarts
     run_dir = prepare_run_dir(config, resume=args.mode == "async" and args.resume)
-    plan = None if args.mode == "sync" else plan_layout(config, args.config)
-    if plan is None or plan.kind == "lockstep":
+    plan = None if args.mode == "sync" else plan_layout(config, args.config, args.launcher)
+    if plan is None or plan.kind == "lockstep":  # auto may choose the lock-step loop
         torch.set_num_threads(config.workers.num_cores or usable_cores())
         print(json.dumps(run_sync(config)), flush=True)
         return 0
@@ -60,8 +58,6 @@ def main(args: argparse.Namespace) -> int:
     services = None
     if config.redis.url is None:
         services = EmbeddedServices(run_dir, config.run_id, config.broker.curve_keys).start()
-    if args.launcher == "ray":
-        split = dataclasses.replace(split, pins={})  # Ray places the roles, not this host
     env = worker_env(split, (services.env() if services is not None else {}) | plan.overrides)
 
     try:

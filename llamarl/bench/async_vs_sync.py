@@ -39,6 +39,7 @@ from llamarl.bench.stats import median, median_time, spread
 from llamarl.config import parse_config
 from llamarl.config.run import read_tree
 from llamarl.launch.cores import plan_threads
+from llamarl.launch.supervise import llamarl_command
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _command(*args: str) -> list[str]:
-    llamarl = Path(sys.executable).parent / "llamarl"
-    return [str(llamarl), "--log-format", "json", *args]
+    return llamarl_command("--log-format", "json", *args)
 
 
 def warm_start(tree: dict[str, Any], work_dir: Path) -> dict[str, Any]:

@@ -6,7 +6,8 @@ Then `--pairs` interleaved rounds of three runs of the same work: sync, the defa
 auto: the layout the simulator predicts fastest) and the best-predicted layout of the other kind
 (colocated when auto chose a split, else the split `workers.layout: split` starts), so the choice is checked against a
 measured alternative. Per run: seconds per RL step (`clean_step_s`: steps that neither evaluated
-nor followed an evaluation), the layout it ran and, for the auto run, the prediction it printed.
+nor followed an evaluation), the layout it ran and, for the auto run, the prediction it printed;
+for async runs each generator's and the trainer's idle fraction (their own timers).
 
 Per shape: speed-up of the default over sync (sync s/step / default s/step) and of the alternative;
 the prediction error of the chosen layout (predicted / measured - 1); whether the choice was the
@@ -29,6 +30,7 @@ from typing import Any
 from llamarl.bench.async_vs_sync import clean_step_s, run_once
 from llamarl.bench.stats import spread
 from llamarl.config.run import read_tree
+from llamarl.launch.supervise import llamarl_command
 
 SHAPES = {
     "demo": "configs/tiny.yaml",
@@ -44,7 +46,7 @@ DEFAULT_STEPS = 40
 
 
 def _profile_s(config: str, fresh: bool) -> float:
-    command = [sys.executable, "-m", "workers.cli", "bench", "profile", config]
+    command = llamarl_command("bench", "profile", config)
     started = time.perf_counter()
     done = subprocess.run([*command, "--fresh"] if fresh else command, capture_output=True,
                           text=True, check=False)  # fmt: skip
@@ -80,6 +82,11 @@ def _run(tree: dict[str, Any], mode: str, layout: str | None, name: str,
     else:
         row["layout"] = json.loads((work_dir / name / "layout.json").read_text())
         row["ran"] = ran
+        row["idle_fraction"] = {
+            role: round(timer["idle_s"] / (timer["idle_s"] + timer["busy_s"]), 3)
+            for role, timer in result.timers.items()
+            if timer.get("busy_s") and role.split("-")[0] in ("generator", "trainer")
+        }
     return row
 
 

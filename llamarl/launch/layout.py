@@ -25,12 +25,13 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from llamarl.config import RunConfig
 from llamarl.launch.cores import CoreSplit, pin_cores, plan_threads, usable_cores
+from llamarl.launch.supervise import llamarl_command
 
 SIMULATED_STEPS = 60
 MARGIN = 0.05
@@ -92,7 +93,7 @@ def split(config: RunConfig) -> Plan:
 def profiled(config_path: str) -> dict[str, Any]:
     """`llamarl bench profile CONFIG`'s JSON, from a process of its own (the model it loads is
     gone when it ends; the config's overrides travel in the environment)."""
-    command = [sys.executable, "-m", "workers.cli", "bench", "profile", config_path]
+    command = llamarl_command("bench", "profile", config_path)
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"layout auto: profiling failed (exit {done.returncode}): "
@@ -147,12 +148,15 @@ def auto(config: RunConfig, config_path: str) -> Plan:
                  best["generator_threads"], best["max_staleness"], prediction)  # fmt: skip
 
 
-def plan_layout(config: RunConfig, config_path: str) -> Plan:
-    """The layout `llamarl run` starts; written to RUN_DIR/layout.json."""
+def plan_layout(config: RunConfig, config_path: str, launcher: str = "local") -> Plan:
+    """The layout `llamarl run` starts (under Ray, unpinned: Ray places the roles, not this
+    host); written to RUN_DIR/layout.json."""
     layout = config.workers.layout
     plan = {"split": split, "colocated": colocated}[layout](config) if layout != "auto" else (
         auto(config, config_path)
     )  # fmt: skip
+    if launcher == "ray":
+        plan = replace(plan, split=replace(plan.split, pins={}))
     record = {"layout": layout, "kind": plan.kind,
               "num_generators": plan.config.workers.num_generators,
               "trainer_threads": plan.split.trainer_threads,

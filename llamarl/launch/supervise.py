@@ -25,6 +25,11 @@ _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 
 
+def llamarl_command(*args: str) -> list[str]:
+    """The installed `llamarl` command (beside this interpreter) with `args`, as a user runs it."""
+    return [str(Path(sys.executable).parent / "llamarl"), *args]
+
+
 def _die_with(parent_pid: int) -> Callable[[], None]:
     def arm() -> None:
         assert _LIBC is not None
