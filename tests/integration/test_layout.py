@@ -1,5 +1,6 @@
-"""`workers.layout` end to end: auto profiles the config once (cached by config and machine),
-prints its choice and starts it; colocated runs generator and trainer in turn on every core."""
+"""`workers.layout` end to end: auto profiles the config (cached by config and machine; the
+cache's reuse is covered by tests/unit/test_profile_cache.py), prints its choice and starts it;
+colocated runs generator and trainer in turn on every core."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from tests.integration.async_helpers import write_config
 
-STEPS = 6
+STEPS = 4
 
 
 def _run(config: Path, env: dict[str, str], *overrides: str) -> subprocess.CompletedProcess[str]:
@@ -41,12 +42,8 @@ def test_auto_profiles_once_prints_its_choice_and_starts_it(tmp_path: Path) -> N
         assert (laid["trainer_threads"], laid["max_staleness"]) == (
             chosen["trainer_threads"], chosen["max_staleness"])  # fmt: skip
         assert summary["ledger"]["trained"] == summary["ledger"]["issued"]
-    cached = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "bench", "profile", str(config)],
-        capture_output=True, text=True, env=env, timeout=600, check=True,
-    )  # fmt: skip
-    again = json.loads(cached.stdout.strip().splitlines()[-1])
-    assert again["cached"] is True and again["profile"] == prediction["profile"]
+    profile = Path(prediction["profile"])  # cached by config and machine, under the cache dir
+    assert profile.parent == tmp_path / "cache" / "profiles" and profile.is_file()
 
 
 def test_colocated_takes_turns_on_every_core(tmp_path: Path) -> None:

@@ -106,17 +106,17 @@ def test_killed_ranks_restart_the_trainer_from_its_checkpoint(tmp_path: Path) ->
     """Rank 1 SIGKILLed, then (after the restart) rank 0: each kill takes torchrun's ranks down,
     the launcher restarts the trainer, both ranks resume from the checkpoint (FSDP shards, each
     rank reading its own part) and no version number is used twice."""
-    steps = 28
+    steps = 24
     config = write_config(
         tmp_path, "ranks-kill",
-        trainer={"ranks": 2, "num_steps": steps, "checkpoint_every": 6, "eval_every": steps,
+        trainer={"ranks": 2, "num_steps": steps, "checkpoint_every": 5, "eval_every": steps,
                  "sharding": "fsdp"},
     )  # fmt: skip
     run_dir = tmp_path / "ranks-kill"
     proc = launch(config)
     kills: list[tuple[int, int]] = []  # (steps recorded at the kill, versions used before it)
     try:
-        for rank, after in ((1, 10), (0, 20)):
+        for rank, after in ((1, 8), (0, 17)):
             records = wait_for_steps(run_dir, after, proc, timeout_s=300)
             os.kill(rank_pid(proc.pid, rank), signal.SIGKILL)
             kills.append((len(records), max(r["policy_version"] for r in records) + 1))
