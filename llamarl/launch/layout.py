@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from llamarl.config import RunConfig
+from llamarl.errors import ConfigError
 from llamarl.launch.cores import CoreSplit, pin_cores, plan_threads, usable_cores
 from llamarl.launch.supervise import llamarl_command
 
@@ -96,8 +97,9 @@ def profiled(config_path: str) -> dict[str, Any]:
     command = llamarl_command("bench", "profile", config_path)
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"layout auto: profiling failed (exit {done.returncode}): "
-                           f"{done.stderr.strip().splitlines()[-1:]}; set workers.layout: split")  # fmt: skip
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ConfigError(f"layout auto: profiling the config failed ({last}); set "
+                          "workers.layout: split (or colocated) to start without a profile")  # fmt: skip
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
