@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from brokers.redis_server import RedisServer
 from llamarl.bus import query_broker_stats
@@ -24,6 +25,13 @@ REPO = Path(__file__).resolve().parent.parent
 # the default (auto) would profile the machine before each new config's first run (about 15 s).
 # tests/integration/test_layout.py runs auto and colocated.
 os.environ.setdefault("LLAMARL__WORKERS__LAYOUT", "split")
+
+# Under `make test` two pytest workers share the 2 cores, each running processes of its own, and
+# a process with a thread per core makes its threads wait for each other's core: the demo's warm
+# start takes 36 s alone, 170 s beside two busy processes, 67 s there with one thread. Test
+# processes, and the processes they start that do not set a thread count, use one thread.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(1)
 
 LONGEST_FIRST = (
     "test_learning.py",  # about 340 s of a worker; makes the session's warm start first

@@ -50,10 +50,13 @@ def shorter(warm_start: Path, steps: int = STEPS) -> dict[str, str]:
 def _run_tiny(
     tmp_path: Path, mode: str, warm_start: Path, steps: int
 ) -> subprocess.CompletedProcess[str]:
+    # A sync run takes a thread per core (num_cores); beside the other pytest worker one is faster.
+    cores = {"LLAMARL__WORKERS__NUM_CORES": "1"} if mode == "sync" else {}
     return subprocess.run(
         [sys.executable, "-m", "workers.cli", "run", TINY, "--mode", mode],
         capture_output=True, text=True, timeout=900,
-        env={**os.environ, **shorter(warm_start, steps), "LLAMARL_RUN_DIR": str(tmp_path / "run")},
+        env={**os.environ, **shorter(warm_start, steps), **cores,
+             "LLAMARL_RUN_DIR": str(tmp_path / "run")},
     )  # fmt: skip
 
 
