@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from llamarl import commands
+from llamarl.launch.allocator import keep_freed_memory
 
 ROLES = ("broker", "generator", "reward", "trainer")
 
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    keep_freed_memory()  # before any tensor is allocated (llamarl/launch/allocator.py)
     return commands.main(build_parser(), argv)
 
 

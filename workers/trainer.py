@@ -14,6 +14,7 @@ import structlog
 
 from llamarl.errors import ConfigError
 from llamarl.launch import supervise
+from llamarl.launch.allocator import keep_freed_memory
 from llamarl.observe.log import configure_logging
 from llamarl.roles import build
 from llamarl.roles.base import RoleResult, run_role
@@ -64,6 +65,7 @@ def run_rank(argv: list[str] | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    keep_freed_memory()  # before training allocates (llamarl/launch/allocator.py)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         supervise.die_with_parent()  # torchrun's: a SIGKILLed torchrun leaves no rank behind
     if int(os.environ.get("RANK", "0")) > 0:

@@ -103,12 +103,13 @@ def run_once(tree: dict[str, Any], mode: str, name: str, work_dir: Path) -> RunR
     return collect(work_dir / name, out)
 
 
-def clean_step_s(records: list[dict[str, Any]], mode: str) -> float:
-    """Mean seconds per step over steps that neither evaluated nor followed an evaluation."""
+def clean_step_s(records: list[dict[str, Any]], mode: str, warmup: int = 1) -> float:
+    """Mean seconds per step over steps past the first `warmup` that neither evaluated nor
+    followed an evaluation."""
     times = []
     for index, record in enumerate(records):
         previous = records[index - 1] if index else {}
-        if "eval_s" in record or "eval_s" in previous or index == 0:
+        if "eval_s" in record or "eval_s" in previous or index < warmup:
             continue
         times.append(record["step_s"] if mode == "sync" else record["wall_s"] - previous["wall_s"])
     return sum(times) / len(times)

@@ -5,8 +5,8 @@ and timed again (what `workers.layout: auto` pays before a run: once per config 
 Then `--pairs` interleaved rounds of three runs of the same work: sync, the default run (layout
 auto: the layout the simulator predicts fastest) and the best-predicted layout of the other kind
 (colocated when auto chose a split, else the split `workers.layout: split` starts), so the choice is checked against a
-measured alternative. Per run: seconds per RL step (`clean_step_s`: steps that neither evaluated
-nor followed an evaluation), the layout it ran and, for the auto run, the prediction it printed;
+measured alternative. Per run: seconds per RL step (`clean_step_s`: steps past the shape's
+warm-up (WARMUP) that neither evaluated nor followed an evaluation), the layout it ran and, for the auto run, the prediction it printed;
 for async runs each generator's and the trainer's idle fraction (their own timers).
 
 Per shape: speed-up of the default over sync (sync s/step / default s/step) and of the alternative;
@@ -40,9 +40,13 @@ SHAPES = {
     "smollm2_train_heavy": "configs/bench_smollm2_train_heavy.yaml",
     "smollm2_generation_heavy": "configs/bench_smollm2_generation_heavy.yaml",
 }
-STEPS = {"smollm2_train_heavy": 10, "smollm2_generation_heavy": 10}
+STEPS = {"smollm2_train_heavy": 13, "smollm2_generation_heavy": 13}
 """RL steps of each run (default DEFAULT_STEPS): SmolLM2's take seconds each."""
 DEFAULT_STEPS = 40
+WARMUP = {"smollm2_train_heavy": 3, "smollm2_generation_heavy": 3}
+"""Steps left out of seconds per step at the start of every run, sync and async alike (default
+1): a 135M model's first training steps grow the process's heap and optimizer state (a
+one-thread trainer's first three took 19, 10 and 5 s, then 2.6-3.1 s each)."""
 
 
 def _profile_s(config: str, fresh: bool) -> float:
@@ -65,18 +69,18 @@ def _tree(config: str, steps: int) -> dict[str, Any]:
     return tree | {"trainer": trainer, "task": task}
 
 
-def _run(tree: dict[str, Any], mode: str, layout: str | None, name: str,
-         work_dir: Path) -> dict[str, Any]:  # fmt: skip
+def _run(tree: dict[str, Any], mode: str, layout: str | None, name: str, work_dir: Path,
+         warmup: int) -> dict[str, Any]:  # fmt: skip
     variant = tree
     if layout is not None:
         variant = tree | {"workers": tree.get("workers", {}) | {"layout": layout}}
     result = run_once(variant, mode, name, work_dir)
     ran = result.summary["mode"]  # a default run that chose lock-step ran the sync loop
-    row: dict[str, Any] = {"s_per_step": round(clean_step_s(result.records, ran), 4),
+    row: dict[str, Any] = {"s_per_step": round(clean_step_s(result.records, ran, warmup), 4),
                            "generated_tokens": sum(r.get("num_tokens", 0)
                                                    for r in result.records)}  # fmt: skip
     if mode == "sync":
-        kept = result.records[1:-1]
+        kept = result.records[warmup:-1]
         for phase in ("generate_s", "train_s"):
             row[phase] = round(sum(r[phase] for r in kept) / len(kept), 4)
     else:
@@ -97,16 +101,16 @@ def _other(layout: dict[str, Any]) -> str:
 
 
 def shape(name: str, config: str, pairs: int, work_dir: Path) -> dict[str, Any]:
-    steps = STEPS.get(name, DEFAULT_STEPS)
+    steps, warmup = STEPS.get(name, DEFAULT_STEPS), WARMUP.get(name, 1)
     profile = {"fresh_s": _profile_s(config, fresh=True), "cached_s": _profile_s(config, False)}
     tree = _tree(config, steps)
     runs: dict[str, list[dict[str, Any]]] = {"sync": [], "default": [], "other": []}
     for pair in range(pairs):
-        runs["sync"].append(_run(tree, "sync", None, f"{name}-sync-{pair}", work_dir))
-        default = _run(tree, "async", None, f"{name}-default-{pair}", work_dir)
+        runs["sync"].append(_run(tree, "sync", None, f"{name}-sync-{pair}", work_dir, warmup))
+        default = _run(tree, "async", None, f"{name}-default-{pair}", work_dir, warmup)
         runs["default"].append(default)
         other = _other(default["layout"])
-        runs["other"].append(_run(tree, "async", other, f"{name}-{other}-{pair}", work_dir))
+        runs["other"].append(_run(tree, "async", other, f"{name}-{other}-{pair}", work_dir, warmup))
         print(f"grid {name} pair {pair}: " + ", ".join(
             f"{arm} {rows[-1]['s_per_step']}" for arm, rows in runs.items()), file=sys.stderr,
             flush=True)  # fmt: skip

@@ -256,7 +256,7 @@ def thread_costs(probes: Probes) -> tuple[ThreadCosts, dict[str, Any]]:
     (x0, y0), (x1, y1) = decode_points
     decode_s, per_seq = line((x0, x1), (y0, y1))
     half = probes.half_groups
-    probes.train(half)  # warm (the optimizer's state, the allocator)
+    probes.train(probes.step_groups)  # warm: the optimizer's state, the heap a full step needs
     sizes = [
         (probes.tokens(g), seconds(partial(probes.train, g))) for g in (half, probes.step_groups)
     ]
