@@ -6,7 +6,7 @@ tied embeddings) at about 0.1B, 0.5B, 0.7B and 1B parameters; `SIZES` holds thei
 output their parameter counts. Each is run as: ddp x 2 ranks, fsdp x 2, fsdp x 2 reducing the
 gradients in every micro-batch (fsdp-rs), fsdp x 2 with activation checkpointing, and LoRA (r=16,
 the config's default target layers) on one rank, all float32 on CPU. A row is a fresh set of spawned processes (two ranks join a gloo group on a free port) that
-set glibc as a trainer worker does (`memory_check.return_freed_memory`), build the model, wrap
+set glibc lean as a trainer near the host's memory does (`allocator.return_freed_memory`), build the model, wrap
 it as the trainer does (`Learner`) and take `--steps` real steps on synthetic groups (2
 completions of 24 tokens after an 8-token prompt) sized so that each rank cuts the size's number
 of micro-batches of its micro_batch_tokens. Each rank reports its peak RSS (`ru_maxrss`, also
@@ -41,6 +41,7 @@ from llamarl.engine.grouped import TrainGroup
 from llamarl.engine.model import Policy
 from llamarl.engine.tokenizer import build_char_tokenizer
 from llamarl.errors import ConfigError
+from llamarl.launch.allocator import return_freed_memory
 from llamarl.launch.cores import usable_cores
 from llamarl.net import free_port_block
 from llamarl.training import memory, memory_check
@@ -133,7 +134,7 @@ def _rank(rank: int, world: int, port: int, size_name: str, config: str, steps: 
     os.environ |= {"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
                    "MASTER_PORT": str(port)}  # fmt: skip
     torch.set_num_threads(max(1, usable_cores() // world))
-    memory_check.return_freed_memory()  # as a trainer worker does
+    return_freed_memory()  # as a trainer near the host's memory does
     ranks = TrainerRanks.from_env("cpu", TIMEOUT_S, "bench-memory")
     size = SIZES[size_name]
     baseline = _peak()

@@ -34,8 +34,9 @@ measured, it saves about half of a layer's share here, as the shared prompt's pa
 completions' pass are both recomputed. The constants were fitted once to measured peaks
 (single processes of small Llamas at several widths, depths, vocabularies and micro-batch sizes,
 with and without checkpointing, then every row of `llamarl bench memory`, docs/benchmarks.md,
-"Memory per trainer rank"), with glibc returning freed memory as the trainer has it do
-(`memory_check.return_freed_memory`).
+"Memory per trainer rank"), with glibc returning freed memory, as a trainer near the host's
+memory has it do (`llamarl.launch.allocator.return_freed_memory`); one that keeps freed memory
+(the default below a quarter of the host's) can peak higher.
 
 On CUDA (not calibrated: no GPU was at hand) a rank's GPU holds the training terms less the
 baseline plus `CUDA_CONTEXT_BYTES`; fsdp computes in bfloat16 there (gathered weights and

@@ -1,6 +1,6 @@
 """The check that refuses, before anything starts, a run whose trainer would not fit in memory
 (`check_memory`, run by `llamarl run`'s preflight and by every trainer process), and the
-allocator setting that keeps a trainer's peak at what it holds (`return_freed_memory`).
+choice of glibc's setting for a trainer (`trainer_memory`: lean near the host's memory).
 
 The estimate is `llamarl.training.memory`'s, for the micro-batches `run_workload` assumes. On
 one host the trainer's ranks must fit together (rank 0, which may warm-start, and N - 1 others)
@@ -16,7 +16,6 @@ together).
 
 from __future__ import annotations
 
-import ctypes
 import os
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import torch
 
 from llamarl.config import LoraConfig, RunConfig
 from llamarl.errors import ConfigError
+from llamarl.launch.allocator import KEEP_BELOW, return_freed_memory
 from llamarl.training.memory import (
     GiB,
     ModelShape,
@@ -35,9 +35,6 @@ from llamarl.training.memory import (
 
 GENERATOR_BASELINE_BYTES = 400 << 20
 """A generator process before its model."""
-MMAP_THRESHOLD_BYTES = 1 << 20
-M_MMAP_THRESHOLD = -3
-"""glibc's mallopt parameter number for the mmap threshold."""
 
 
 def completion_tokens(config: RunConfig) -> int:
@@ -213,23 +210,13 @@ def check_memory(config: RunConfig, generators: bool = True) -> None:
         raise ConfigError(f"trainer memory: {problem}; {fix(config, shapes, generators)}")
 
 
-def return_freed_memory() -> None:
-    """Have glibc serve every allocation of `MMAP_THRESHOLD_BYTES` or more from a mapping of its
-    own, handed back to the kernel when freed. By default glibc raises that threshold (up to
-    32 MiB) after the first large free, and FSDP's gathered blocks, its unsharded gradients and
-    the activations then come from heap arenas that keep what is freed: on two CPU ranks an fsdp
-    rank of the 0.5B bench model peaked at 10.2 GiB instead of 6.4 GiB. No-op off glibc."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
-
-
 def trainer_memory(config: RunConfig) -> RunConfig:
     """A trainer process's memory, set before its model is built: ConfigError when its ranks
-    would not fit in this host's memory (generators are not counted: they may run elsewhere),
-    then glibc told to return freed memory (`return_freed_memory`). The config, as it is."""
+    would not fit in this host's memory (generators are not counted: they may run elsewhere);
+    glibc lean when their estimate is over `allocator.KEEP_BELOW` of it (else it keeps freed
+    memory, as every llamarl process starts: `llamarl.launch.allocator`). The config, as it is."""
     check_memory(config, generators=False)
-    return_freed_memory()
+    total, _, _ = host_need(config, Shapes().of(config.model), generators=False)
+    if total > KEEP_BELOW * host_memory()[0]:
+        return_freed_memory()
     return config
