@@ -34,7 +34,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(1)
 
 LONGEST_FIRST = (
-    "test_learning.py",  # about 340 s of a worker; makes the session's warm start first
+    "test_learning.py",  # about 290 s of a worker; makes the session's warm start first
     "test_chaos.py",  # 110 s
     "test_async_run.py",  # 145 s
     "test_trainer_ranks_run.py",  # 390 s; by the time it starts, the warm start is made
