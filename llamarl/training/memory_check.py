@@ -200,11 +200,11 @@ def fix(config: RunConfig, shapes: Shapes, generators: bool) -> str:
     return "no trainer setting makes it fit: use a smaller model or a host with more memory"
 
 
-def check_memory(config: RunConfig, generators: bool = True) -> None:
+def check_memory(config: RunConfig, generators: bool = True, shapes: Shapes | None = None) -> None:
     """ConfigError, one line, when the trainer's ranks (and, with `generators`, the generators'
     weights) would not fit in this host's memory or a cuda rank in its GPU's; it names the
     estimate, the ranks, the limit and the first setting that fits."""
-    shapes = Shapes()
+    shapes = Shapes() if shapes is None else shapes
     problem = shortfall(config, shapes, generators)
     if problem is not None:
         raise ConfigError(f"trainer memory: {problem}; {fix(config, shapes, generators)}")
@@ -215,8 +215,9 @@ def trainer_memory(config: RunConfig) -> RunConfig:
     would not fit in this host's memory (generators are not counted: they may run elsewhere);
     glibc lean when their estimate is over `allocator.KEEP_BELOW` of it (else it keeps freed
     memory, as every llamarl process starts: `llamarl.launch.allocator`). The config, as it is."""
-    check_memory(config, generators=False)
-    total, _, _ = host_need(config, Shapes().of(config.model), generators=False)
+    shapes = Shapes()
+    check_memory(config, generators=False, shapes=shapes)
+    total, _, _ = host_need(config, shapes.of(config.model), generators=False)
     if total > KEEP_BELOW * host_memory()[0]:
         return_freed_memory()
     return config
