@@ -45,6 +45,8 @@ def layout_of(config: RunConfig, cores: int, costs: Costs) -> Layout:
         prompts_per_batch=config.generation.prompts_per_batch,
         num_samples=config.generation.num_samples,
         continuous=config.generation.batching == "continuous" and config.environment.kind is None,
+        inflight_updates=config.generation.inflight_updates,
+        micro_batch_tokens=config.trainer.micro_batch_tokens,
     )
 
 

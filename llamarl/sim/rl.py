@@ -5,9 +5,12 @@ Async follows the real roles: a generator pulls the newest published version bef
 claims up to prompts_per_batch tickets that the staleness gate allows (issued tickets at most
 (trained steps + max_staleness + 1) x prompts_per_step), generates, and passes the groups to the
 reward workers, which pass them to the trainer; the trainer trains on the oldest
-prompts_per_step groups, drops (and reissues) any staler than the bound, stages the new version
-and publishes it. Sync generates a step's prompts as one batch, scores and trains, one phase
-after another on every core.
+prompts_per_step groups (padded as its micro-batches are), drops (and reissues) any staler than
+the bound, stages the new version and publishes it. With continuous batching a generator
+instead decodes its running batch (`sim.running`) one position at a time, claiming tickets as
+places free up and taking up new versions between steps (or once drained, without in-flight
+updates). Sync generates a step's prompts as one batch, scores and trains, one phase after
+another on every core.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 from llamarl.sim.costs import Costs, Lengths
 from llamarl.sim.cpu import Cpu
+from llamarl.sim.running import RunningBatch
 from llamarl.store.interfaces import admission_bound
 
 WARMUP_STEPS = 2
@@ -38,9 +42,15 @@ class Layout:
     prompts_per_batch: int
     num_samples: int
     continuous: bool = False
-    """Continuous batching: a batch's rows cost their own lengths, not its longest one's."""
+    """Continuous batching: a generator decodes a running batch one position at a time, rows
+    leaving as they end and groups joining as places free up (`sim.running`)."""
+    inflight_updates: bool = True
+    """With continuous batching: a new version is taken up between two decode steps (else
+    once the running batch has drained)."""
     colocated: bool = False
     """Generation and training in turn on every core (one generator, max_staleness 0)."""
+    micro_batch_tokens: int = 4096
+    """The trainer's micro-batch size in tokens: each micro-batch is padded to its longest."""
 
     def describe(self) -> str:
         if self.colocated:
@@ -49,14 +59,9 @@ class Layout:
                 f"trainer {self.trainer_threads} thread(s), max_staleness {self.max_staleness}")  # fmt: skip
 
     def generate_s(self, costs: Costs, threads: int, lengths: list[int]) -> float:
-        """Seconds to decode a batch of completions of `lengths` alone at `threads`: static, it
-        runs until its longest ends with every row in it; continuous, its rows keep the batch
-        full, a decode step costing its fixed part once for every batch of rows."""
-        at = costs.at(threads)
-        if not self.continuous:
-            return at.generate_s(len(lengths), max(lengths))
-        total = sum(lengths)
-        return at.decode_s * total / len(lengths) + at.decode_s_per_seq * total
+        """Seconds to decode a static batch of completions of `lengths` alone at `threads`: it
+        runs until its longest ends with every row in it."""
+        return costs.at(threads).generate_s(len(lengths), max(lengths))
 
 
 @dataclass
@@ -74,11 +79,27 @@ class Prediction:
                 "dropped_stale": self.dropped_stale}  # fmt: skip
 
 
+def trained_tokens(widths: list[int], rows: int, prompt: float, max_tokens: int) -> int:
+    """Prompt and completion tokens a training step passes, padding included: its groups
+    (`rows` completions each, the longest `widths`) sorted by width and cut into micro-batches
+    of at most `max_tokens`, each padded to its longest completion, as the trainer cuts them
+    (`engine.grouped.micro_batches`, all prompts taken as one length)."""
+    total, tokens, rows_in, width = 0.0, 0.0, 0, 0
+    for width_next in sorted(widths):
+        cost = rows * (prompt + width_next)
+        if rows_in and tokens + cost > max_tokens:
+            total += rows_in * (prompt + width)
+            tokens, rows_in = 0.0, 0
+        width, tokens, rows_in = width_next, tokens + cost, rows_in + rows
+    return round(total + rows_in * (prompt + width))
+
+
 @dataclass
 class _Group:
     ticket: int
     version: int
-    tokens: int
+    width: int
+    """Its longest completion."""
 
 
 @dataclass
@@ -86,6 +107,10 @@ class _Generator:
     name: str
     held: int = -1
     waiting: bool = False
+    batch: RunningBatch | None = None
+    """The running batch, with continuous batching."""
+    pace: float = 1.0
+    """The jitter factor of its decode steps, drawn when groups join."""
 
 
 @dataclass
@@ -109,7 +134,12 @@ class _AsyncRun:
     def __post_init__(self) -> None:
         self.cpu = Cpu(self.layout.cores, self.costs.corun_slowdown,
                        self.costs.oversubscribed_slowdown)  # fmt: skip
-        self.generators = [_Generator(f"generator-{i}") for i in range(self.layout.num_generators)]
+        running = self.layout.continuous
+        self.generators = [
+            _Generator(f"generator-{i}", batch=RunningBatch(self.layout.num_samples) if running
+                       else None)
+            for i in range(self.layout.num_generators)
+        ]  # fmt: skip
         self.rewards = [f"reward-{i}" for i in range(self.layout.num_reward)]
 
     def _start(self, process: str, role: str, threads: int, work_s: float, done: Any) -> None:
@@ -122,22 +152,22 @@ class _AsyncRun:
             return
         gen.waiting = False
         layout = self.layout
-        if self.trained > gen.held:
+        drained = gen.batch is None or not gen.batch.rows()
+        if self.trained > gen.held and (drained or layout.inflight_updates):
             version = self.trained
 
             def pulled() -> None:
                 gen.held = version
+                if gen.batch is not None:
+                    gen.batch.restart_older_than(version - layout.max_staleness, version)
                 self.generator_next(gen)
 
             self._start(gen.name, "generate", layout.generator_threads, self.costs.pull_s, pulled)
             return
-        limit = admission_bound(self.trained, layout.max_staleness, layout.prompts_per_step)
-        tickets: list[int] = []
-        while len(tickets) < layout.prompts_per_batch and self.reissue:
-            tickets.append(self.reissue.popleft())
-        while len(tickets) < layout.prompts_per_batch and self.issued < limit:
-            tickets.append(self.issued)
-            self.issued += 1
+        if gen.batch is not None:
+            self._decode_step(gen, gen.batch, claim=self.trained <= gen.held)
+            return
+        tickets = self._claim(layout.prompts_per_batch)
         if not tickets:
             gen.waiting = True
             return
@@ -146,19 +176,50 @@ class _AsyncRun:
         work = self.costs.jittered(
             self.rng, "generate", layout.generate_s(self.costs, layout.generator_threads, lengths)
         )
-        prompt = self.costs.prompt_tokens
-        groups = [
-            _Group(t, gen.held, round(sum(lengths[i * n : (i + 1) * n]) + n * prompt))
-            for i, t in enumerate(tickets)
-        ]
+        groups = [_Group(t, gen.held, max(lengths[i * n : (i + 1) * n]))
+                  for i, t in enumerate(tickets)]  # fmt: skip
+        self._start(gen.name, "generate", layout.generator_threads, work,
+                    lambda: self._generated(gen, groups))  # fmt: skip
 
-        def generated() -> None:
-            self.scoring.extend(groups)
-            for reward in self.rewards:
-                self.reward_next(reward)
-            self.generator_next(gen)
+    def _claim(self, count: int) -> list[int]:
+        """Up to `count` tickets: reissued ones first, then new ones the staleness gate lets
+        out."""
+        limit = admission_bound(self.trained, self.layout.max_staleness,
+                                self.layout.prompts_per_step)  # fmt: skip
+        tickets: list[int] = []
+        while len(tickets) < count and self.reissue:
+            tickets.append(self.reissue.popleft())
+        while len(tickets) < count and self.issued < limit:
+            tickets.append(self.issued)
+            self.issued += 1
+        return tickets
 
-        self._start(gen.name, "generate", layout.generator_threads, work, generated)
+    def _decode_step(self, gen: _Generator, batch: RunningBatch, claim: bool) -> None:
+        """One decode step of the running batch, after claiming its free places (`claim`:
+        not while a version waits for the batch to drain)."""
+        layout = self.layout
+        tickets = self._claim(batch.free_groups(layout.prompts_per_batch)) if claim else []
+        for ticket in tickets:
+            batch.admit(ticket, gen.held, self.lengths.draw(self.rng, layout.num_samples))
+        if tickets:
+            gen.pace = self.costs.jittered(self.rng, "generate", 1.0)
+        if not batch.rows():
+            gen.waiting = True
+            return
+        at = self.costs.at(layout.generator_threads)
+        work = (at.decode_s + at.decode_s_per_seq * batch.rows()) * gen.pace
+
+        def decoded() -> None:
+            ended = batch.step()
+            self._generated(gen, [_Group(g.ticket, g.version, max(g.lengths)) for g in ended])
+
+        self._start(gen.name, "generate", layout.generator_threads, work, decoded)
+
+    def _generated(self, gen: _Generator, groups: list[_Group]) -> None:
+        self.scoring.extend(groups)
+        for reward in self.rewards:
+            self.reward_next(reward)
+        self.generator_next(gen)
 
     # -- reward workers ----------------------------------------------------------------------
     def reward_next(self, reward: str) -> None:
@@ -195,7 +256,8 @@ class _AsyncRun:
         )
         for group in batch:
             self.staleness[self.trained - group.version] += 1
-        tokens = sum(g.tokens for g in batch)
+        tokens = trained_tokens([g.width for g in batch], layout.num_samples,
+                                self.costs.prompt_tokens, layout.micro_batch_tokens)  # fmt: skip
         train = self.costs.at(layout.trainer_threads).step_train_s(tokens)
         work = self.costs.jittered(self.rng, "train", train) + self.costs.stage_s
 
@@ -264,7 +326,9 @@ def simulate_sync(layout: Layout, costs: Costs, lengths: Lengths, steps: int,
             decode = max(drawn) * at.decode_s + sum(drawn) * at.decode_s_per_seq
         slowdown = 1.0 if layout.colocated else costs.sync_generate_slowdown
         totals["generate"] += decode * slowdown
-        tokens = sum(drawn) + round(sequences * costs.prompt_tokens)
+        n = layout.num_samples
+        widths = [max(drawn[i : i + n]) for i in range(0, sequences, n)]
+        tokens = trained_tokens(widths, n, costs.prompt_tokens, layout.micro_batch_tokens)
         totals["score"] += layout.prompts_per_step * costs.score_s_per_group
         totals["train"] += at.step_train_s(tokens)
         totals["handover"] += costs.stage_s + costs.pull_s if layout.colocated else costs.handover_s

@@ -17,7 +17,8 @@ from llamarl.config import parse_config
 from llamarl.sim.costs import Costs, Lengths, ThreadCosts
 from llamarl.sim.cpu import Cpu
 from llamarl.sim.predict import layout_of, predict, recommend, sweep, trainer_share
-from llamarl.sim.rl import Layout, simulate_async, simulate_sync
+from llamarl.sim.rl import Layout, simulate_async, simulate_sync, trained_tokens
+from llamarl.sim.running import RunningBatch
 
 LENGTH = 10
 FIXED = Lengths(longest=LENGTH, median=LENGTH)
@@ -252,18 +253,54 @@ def test_a_colocated_step_is_the_sync_step_plus_staging_and_pulling_its_version(
     assert colocated.mode == "colocated"
 
 
-def test_continuous_batching_charges_each_row_its_own_length() -> None:
-    at = ThreadCosts(decode_s=0.01, decode_s_per_seq=0.001, train_s=0.1, train_s_per_token=0.0)
-    cost = dataclasses.replace(costs(0.01, 0.1), threads={1: at, 2: at})
-    lengths = [2, 2, 2, 10]
-    static = layout().generate_s(cost, 1, lengths)
-    continuous = dataclasses.replace(layout(), continuous=True).generate_s(cost, 1, lengths)
-    assert static == pytest.approx(10 * (0.01 + 0.001 * 4))
-    assert continuous == pytest.approx(0.01 * 16 / 4 + 0.001 * 16)
-    same = [10, 10, 10, 10]
-    assert layout().generate_s(cost, 1, same) == pytest.approx(
-        dataclasses.replace(layout(), continuous=True).generate_s(cost, 1, same)
-    )
+def test_a_running_batch_frees_a_place_per_n_ended_rows_and_ends_a_group_with_its_last_row() -> (
+    None
+):
+    batch = RunningBatch(num_samples=2)
+    batch.admit(ticket=0, version=0, lengths=[1, 3])
+    batch.admit(ticket=1, version=0, lengths=[1, 2])
+    assert (batch.rows(), batch.free_groups(2)) == (4, 0)
+    assert batch.step() == [], "each group has a row still running"
+    assert (batch.rows(), batch.free_groups(2)) == (2, 1), "two rows ended: one group's place"
+    assert [g.ticket for g in batch.step()] == [1]
+    batch.admit(ticket=2, version=1, lengths=[2, 2])
+    assert batch.restart_older_than(floor=1, version=2) == 1, "ticket 0 is below the floor"
+    assert [(g.ticket, g.version, g.decoded) for g in batch.groups] == [(0, 2, 0), (2, 1, 0)]
+
+
+@pytest.mark.parametrize(
+    ("widths", "max_tokens", "tokens"),
+    [([3, 10], 1000, 2 * 2 * (5 + 10)), ([10, 3], 30, 2 * (5 + 3) + 2 * (5 + 10))],
+)
+def test_a_training_step_is_charged_its_micro_batches_padded_to_their_longest(
+    widths: list[int], max_tokens: int, tokens: int
+) -> None:
+    assert trained_tokens(widths, rows=2, prompt=5.0, max_tokens=max_tokens) == tokens
+
+
+def test_continuous_batching_refills_the_places_short_completions_free() -> None:
+    """Generation-bound, a long completion in one group of four: a static batch waits for it
+    with every row in it; a running batch refills the places the short ones free, so its
+    generator (and so the step) is faster, and no group is staler than the bound."""
+    at = ThreadCosts(decode_s=0.01, decode_s_per_seq=0.001, train_s=0.01, train_s_per_token=0.0)
+    cost = dataclasses.replace(costs(0.01, 0.01), threads={1: at, 2: at})
+    tail = Lengths(longest=40, median=40, observed=(2, 2, 2, 40))
+    static = simulate_async(layout(max_staleness=2), cost, tail, steps=40)
+    running = simulate_async(dataclasses.replace(layout(max_staleness=2), continuous=True), cost,
+                             tail, steps=40)  # fmt: skip
+    assert running.s_per_step < 0.8 * static.s_per_step
+    assert max(running.staleness) <= 2
+    assert sum(running.staleness.values()) == 40 * 4
+
+
+@pytest.mark.parametrize("inflight_updates", [True, False])
+def test_with_fixed_lengths_a_running_batch_costs_what_a_static_one_does(
+    inflight_updates: bool,
+) -> None:
+    cost = costs(decode_s=0.05, train_s=0.3)
+    running = dataclasses.replace(layout(), continuous=True, inflight_updates=inflight_updates)
+    predicted = simulate_async(running, cost, FIXED, steps=40)
+    assert predicted.s_per_step == pytest.approx(2 * LENGTH * 0.05 + cost.pull_s, rel=1e-6)
 
 
 def test_the_sweep_gives_a_training_heavy_config_every_core_for_training() -> None:
