@@ -6,10 +6,11 @@ The model is built (or loaded) once. For each thread count from 1 to the machine
 with the prompt's pass timed apart, give a batch's cost spread over its positions, fixed and per
 sequence; a training step on the config's step of full-length completions and one on half its
 rows give the training cost, fixed and per token. Between the first thread count and the second,
-forked copies of this process (one-threaded and warm so far) measure how roles slow each other:
-a generation batch repeated on one core beside a small training step repeated on another, against
-each alone, and a trainer on every core beside a one-thread generator against its fair share of
-the cores; the alone runs' spread from one repeat to the next is the jitter the simulator draws.
+two forked copies of this process (one-threaded and warm so far; `bench.corun`, each warmed once
+and reused) measure how roles slow each other: a generation batch repeated on one core beside a
+small training step repeated on another, against each alone, and a trainer on every core beside
+a one-thread generator against its fair share of the cores; the alone runs' spread from one
+repeat to the next is the jitter the simulator draws.
 Scoring is the config's scorer on completions sampled as the config samples, whose lengths the
 simulator then draws from; staging and pulling a version is a copy of the weights each way.
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing as mp
 import os
 import platform
 import statistics
@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from llamarl.bench.corun import corun
 from llamarl.config import RunConfig, parse_config
 from llamarl.config.run import read_tree
 from llamarl.engine.adapters import with_adapters
@@ -52,8 +53,6 @@ DECODE_POSITIONS = 16
 max_new_tokens is shorter); a batch's cost is that pass plus max_new_tokens - 1 of them."""
 CORUN_POSITIONS = 4
 """Decode positions of the co-run probes' generation unit."""
-CORUN_S = 1.5
-"""Seconds each forked probe repeats its unit of work."""
 COST_SECTIONS = ("model", "task", "generation", "algorithm", "trainer", "sampling", "environment")
 """The config sections whose fields can change a role's cost (the run's length and bookkeeping
 fields are dropped from the cache key below)."""
@@ -109,6 +108,8 @@ class Probes:
         self.step_groups = self.train_groups(per_step, gen.num_samples)
         self.half_groups = self.train_groups(per_step, max(1, gen.num_samples // 2))
         self.corun_groups = self.train_groups(1, min(2, gen.num_samples))
+        self.warm_half = False
+        """Whether a half step has run (`thread_costs` warms it once)."""
 
     def decode(self, prompts: int, positions: int) -> Any:
         gen = self.config.generation
@@ -159,75 +160,6 @@ def seconds(work: Callable[[], Any], repeats: int = 1) -> float:
     return best
 
 
-def _loop(work: Callable[[], Any], threads: int, core: int | None, ready: Any, go: Any,
-          out: Any, label: str) -> None:  # fmt: skip
-    """A forked probe: repeat `work` on `threads` threads for CORUN_S (at least once) once told
-    to go; report every repeat's time."""
-    if core is not None:
-        os.sched_setaffinity(0, {core})
-    torch.set_num_threads(threads)
-    work()  # warm: the first touch of memory shared with the parent copies it
-    ready.put(label)
-    go.wait()
-    times: list[float] = []
-    ends = time.perf_counter() + CORUN_S
-    while time.perf_counter() < ends or not times:
-        started = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - started)
-    out.put((label, times))
-
-
-Unit = tuple[Callable[[], Any], int]
-"""A unit of work and the threads it runs on."""
-
-
-def together(units: dict[str, Unit], pin: bool) -> dict[str, list[float]]:
-    """Every repeat's seconds of each labelled unit, all running at once in forked copies of
-    this process: one-thread units on cores of their own (`pin`), or left to the scheduler."""
-    ctx = mp.get_context("fork")
-    ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    cores = sorted(os.sched_getaffinity(0))
-    procs = [ctx.Process(target=_loop, args=(work, threads,
-                                             cores[i % len(cores)] if pin else None,
-                                             ready, go, out, label))
-             for i, (label, (work, threads)) in enumerate(units.items())]  # fmt: skip
-    for proc in procs:
-        proc.start()
-    for _ in units:
-        ready.get(timeout=600)
-    go.set()
-    times = dict(out.get(timeout=600) for _ in units)
-    for proc in procs:
-        proc.join(60)
-    return times
-
-
-def corun(probes: Probes) -> tuple[dict[str, float], float, dict[str, float], dict[str, Any]]:
-    """(each role's time beside the other / alone, a core each; the oversubscribed slowdown: a
-    trainer on every core beside a one-thread generator, left to the scheduler, against its
-    fair share of the cores (its threads wait for each other at every parallel region, so one
-    descheduled thread holds up all of them); each role's spread alone, as a coefficient of
-    variation; the probes' median seconds)."""
-    cores = len(os.sched_getaffinity(0))
-    units = {"generate": (probes.generate_unit, 1), "train": (probes.train_unit, 1)}
-    alone_runs = {role: together({role: unit}, pin=True)[role] for role, unit in units.items()}
-    alone = {role: statistics.median(t) for role, t in alone_runs.items()}
-    jitter = {role: statistics.pstdev(t) / statistics.mean(t) for role, t in alone_runs.items()}
-    if cores == 1:
-        return {}, 1.0, jitter, {"alone": alone}
-    side = {role: statistics.median(t) for role, t in together(units, pin=True).items()}
-    slowdown = {role: max(1.0, side[role] / alone[role]) for role in units}
-    wide = {"train": (probes.train_unit, cores)}
-    wide_alone = statistics.median(together(wide, pin=False)["train"])
-    crowd = together(wide | {"generate": (probes.generate_unit, 1)}, pin=False)
-    fair = (cores + 1) / cores
-    crowded = statistics.median(crowd["train"]) / (wide_alone * fair * slowdown["train"])
-    probes_s = {"alone": alone, "side_by_side": side, "train_on_every_core": wide_alone,
-                "crowded": {label: statistics.median(t) for label, t in crowd.items()}}  # fmt: skip
-    return slowdown, max(1.0, crowded), jitter, probes_s
-
-
 def line(x: tuple[float, float], y: tuple[float, float]) -> tuple[float, float]:
     """(intercept, slope) through two points; where the intercept would be negative (the cost
     grows faster than linearly), the proportional line through the second point, the
@@ -257,6 +189,9 @@ def thread_costs(probes: Probes) -> tuple[ThreadCosts, dict[str, Any]]:
     decode_s, per_seq = line((x0, x1), (y0, y1))
     half = probes.half_groups
     probes.train(probes.step_groups)  # warm: the optimizer's state, the heap a full step needs
+    if not probes.warm_half:  # the heap a half step's shapes need: their first one pays its
+        probes.train(half)  # page faults (seconds for a 135M model), once a process
+        probes.warm_half = True
     sizes = [
         (probes.tokens(g), seconds(partial(probes.train, g))) for g in (half, probes.step_groups)
     ]
@@ -309,12 +244,12 @@ def measure(config: RunConfig) -> tuple[Costs, dict[str, Any]]:
     points: dict[str, Any] = {}
     for count in range(1, usable_cores() + 1):
         if count == 2:  # forked while this process has run one thread only, and warm
-            slowdown, crowded, jitter, corun_s = corun(probes)
+            slowdown, crowded, jitter, corun_s = corun(probes.generate_unit, probes.train_unit)
         torch.set_num_threads(count)
         threads[count], points[str(count)] = thread_costs(probes)
         print(f"profile {count} thread(s): {threads[count]}", file=sys.stderr, flush=True)
     if len(threads) == 1:
-        slowdown, crowded, jitter, corun_s = corun(probes)
+        slowdown, crowded, jitter, corun_s = corun(probes.generate_unit, probes.train_unit)
     torch.set_num_threads(1)
     stage, size = copy_s(probes.policy)
     prompt_tokens = statistics.mean(len(p) for p in probes.prompts)
