@@ -106,9 +106,10 @@ def run_sync(config: RunConfig) -> dict[str, Any]:
     runtimes = [runtime("trainer", "trainer"), runtime("generator", "generator-0"),
                 runtime("reward", "reward-0")]  # fmt: skip
     trainer_rt, generator_rt, reward_rt = runtimes
-    trainer = build.trainer(trainer_rt, make_publisher(config.sync, config.run_id))
+    trainer = build.trainer(trainer_rt, make_publisher(config.sync, config.run_id),
+                            evaluates_all=True)  # fmt: skip
     receiver = make_receiver(config.sync, generator_rt.worker_id)
-    generator = build.generator(generator_rt, receiver, policy=trainer.policy)
+    generator = build.generator(generator_rt, receiver, policy=trainer.policy, evaluates=False)
     scorer = build.reward(reward_rt)
     progress = Progress("sync steps", config.trainer.num_steps)
     try:

@@ -62,6 +62,12 @@ def load_run(run_dir: Path) -> Run:
     return Run(name, records, staleness, timers)
 
 
+def _at(record: dict[str, Any], x: str) -> float:
+    """Where an evaluation goes on the x axis: the step it evaluated (a generator's evaluation
+    reaches the trainer's record some steps later), or the record's RL seconds."""
+    return float(record.get("eval_step", record["step"]) if x == "step" else record.get(x, 0))
+
+
 def _learning(runs: list[Run], out: Path) -> None:
     figure = Figure(figsize=(11, 8))
     axes = figure.subplots(2, 2, sharey="row")
@@ -70,12 +76,12 @@ def _learning(runs: list[Run], out: Path) -> None:
         for column, x in enumerate(("step", "rl_s")):
             rewards = _rolling_mean([r["reward_mean"] for r in run.records])
             axes[0][column].plot([r.get(x, 0) for r in run.records], rewards, label=run.name)
-            axes[1][column].plot([r.get(x, 0) for r in evaluated],
+            axes[1][column].plot([_at(r, x) for r in evaluated],
                                  [r["held_out_accuracy"] for r in evaluated], marker="o",
                                  label=run.name)  # fmt: skip
             first = [r for r in evaluated if "held_out_first_turn_accuracy" in r]
             if first:  # episodes: right at the first turn, against right by the last
-                axes[1][column].plot([r.get(x, 0) for r in first],
+                axes[1][column].plot([_at(r, x) for r in first],
                                      [r["held_out_first_turn_accuracy"] for r in first],
                                      linestyle="--", marker=".",
                                      label=f"{run.name}, first turn")  # fmt: skip

@@ -33,6 +33,7 @@ from llamarl.rewards.custom import load_reward
 from llamarl.rewards.reward_model import RewardModelScorer
 from llamarl.rewards.scorers import FunctionScorer, GroupScorer
 from llamarl.roles.generator import Generator
+from llamarl.roles.held_out import EvaluationIntake, GeneratorEvaluations
 from llamarl.roles.reward import RewardScorer
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.roles.trainer import Trainer
@@ -101,10 +102,15 @@ def rejections_of(role: str, config: RunConfig, store: RejectCounts) -> Rejectio
 
 
 def generator(
-    runtime: RoleRuntime, receiver: WeightReceiver | None = None, policy: Policy | None = None
+    runtime: RoleRuntime,
+    receiver: WeightReceiver | None = None,
+    policy: Policy | None = None,
+    evaluates: bool = True,
 ) -> Generator:
     """A generator with its own policy on `generation.device` in `generation.dtype` (or
-    `policy`, shared with a trainer in the same process) and its own sampling stream, seeded from the run's seed and its worker id."""
+    `policy`, shared with a trainer in the same process) and its own sampling stream, seeded
+    from the run's seed and its worker id; it takes on held-out evaluations when `evaluates`
+    and `trainer.evaluate_on` is generator (`llamarl.roles.held_out`)."""
     config = runtime.config
     if receiver is None:
         curve = load_curve(config.broker.curve_keys)
@@ -116,6 +122,9 @@ def generator(
         gen = config.generation
         place(policy, gen.device, gen.dtype)
         policy = with_adapters(policy, config.model.lora, config.seed)
+    evaluations = None
+    if evaluates and config.trainer.evaluate_on == "generator":
+        evaluations = GeneratorEvaluations(runtime, held_out_evaluation(config, policy))
     return Generator(
         runtime,
         policy,
@@ -123,6 +132,7 @@ def generator(
         receiver,
         torch.Generator(device=config.generation.device).manual_seed(seed),
         episode_runner(config, policy),
+        evaluations,
     )
 
 
@@ -211,9 +221,12 @@ def trainer(
     runtime: RoleRuntime,
     publisher: WeightPublisher | None = None,
     ranks: TrainerRanks | None = None,
+    evaluates_all: bool = False,
 ) -> Trainer:
     """The trainer (rank 0 of `ranks`), resumed from its run's newest checkpoint when there is
-    one. Its wall clock starts here, before the model is loaded or warm-started."""
+    one. Its wall clock starts here, before the model is loaded or warm-started. It evaluates
+    before RL and after the last step, and in between when `evaluates_all` (a sync run) or
+    `trainer.evaluate_on` is trainer; else it takes the generators' evaluations."""
     started = runtime.clock()
     config = runtime.config
     prompt_set = make_prompt_set(config.task, config.seed)
@@ -239,8 +252,12 @@ def trainer(
 
     checkpointer = Checkpointer(checkpoints, runtime.store, config.trainer.checkpoint_every,
                                 config.trainer.sharding == "fsdp", ranks)  # fmt: skip
+    intake = None
+    if not evaluates_all and config.trainer.evaluate_on == "generator":
+        after = restored.state.step if restored is not None else 0
+        intake = EvaluationIntake(runtime.store, runtime.rejections.record, after)
     return Trainer(
-        runtime, learner_, publisher, checkpointer, evaluate_now, restored, started, ranks
+        runtime, learner_, publisher, checkpointer, evaluate_now, restored, started, ranks, intake
     )
 
 

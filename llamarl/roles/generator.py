@@ -35,6 +35,7 @@ from llamarl.engine.sampling import sample
 from llamarl.errors import SyncError
 from llamarl.protocol import RolloutGroup, VersionAnnouncement
 from llamarl.roles.base import RoleResult
+from llamarl.roles.held_out import GeneratorEvaluations
 from llamarl.roles.in_flight import Finished, InFlight
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.store import Ticket
@@ -68,9 +69,13 @@ class Generator:
         receiver: WeightReceiver,
         rng: torch.Generator,
         episodes: EpisodeRunner | None = None,
+        evaluations: GeneratorEvaluations | None = None,
     ) -> None:
         self.runtime = runtime
         self.episodes = episodes
+        self.evaluations = evaluations
+        """Evaluates the versions it takes up that reach an evaluation step (None: the
+        trainer evaluates them all)."""
         """Plays multi-turn episodes (environment.kind); None samples one completion each."""
         self.policy = policy
         self.prompt_set = prompt_set
@@ -190,6 +195,8 @@ class Generator:
         started = self.runtime.clock()
         self.sync_weights(meta)
         self.runtime.add_time("sync_s", started)
+        if self.evaluations is not None:
+            self.evaluations.after_version(self.policy_version)
 
     def take_up_newer(self) -> None:
         """Between an episode's turns: swap in a version announced meanwhile, so the next turns

@@ -50,6 +50,11 @@ class BusyTimer:
     _mark: float | None = field(default=None, repr=False)
     _span_start: float | None = field(default=None, repr=False)
 
+    @property
+    def running(self) -> bool:
+        """Whether a busy span is open."""
+        return self._span_start is not None
+
     def busy(self) -> None:
         now = self.clock()
         if self._mark is not None:

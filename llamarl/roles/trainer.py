@@ -20,7 +20,6 @@ run's final model is put together from its last checkpoint.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,13 +29,14 @@ import structlog
 from llamarl.algorithms.overlong import overlong_shaping
 from llamarl.bus import Bus, WorkQueue
 from llamarl.engine.rollouts import episode_records, oldest_version, shaped_rewards, train_group
-from llamarl.errors import ConfigError, ProtocolError, SyncError
+from llamarl.errors import ConfigError, ProtocolError
 from llamarl.observe.metric_sinks import make_metrics
 from llamarl.protocol import Control, ScoredGroup, VersionAnnouncement
 from llamarl.roles.admission import check_scored
 from llamarl.roles.background import LatestOnly
 from llamarl.roles.base import RoleResult
 from llamarl.roles.group_signal import SignalFilter
+from llamarl.roles.held_out import EvaluationIntake, HeldOut
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.roles.ticket_book import TicketBook
 from llamarl.roles.trainer_durability import SAMPLES_LOG, Checkpointer, resume, rewind_logs
@@ -47,14 +47,12 @@ from llamarl.training.export import FINAL_MODEL, checkpoint_model, save_final
 from llamarl.training.learner import Learner
 from llamarl.training.parallel import Order, TrainerRanks
 from llamarl.weightsync import Staged, WeightPublisher
-from llamarl.weightsync.base import Meta
-from llamarl.weightsync.messages import join_shards
+from llamarl.weightsync.messages import joined_shards
 
 log = structlog.get_logger(__name__)
 ENV_FAILURES_IN_A_ROW = 50
 """Episode groups whose environment raised, one after another, before the run gives up on it."""
 POLL_MS = 20
-SHARD_POLL_S = 0.005
 
 
 class Trainer:
@@ -68,8 +66,12 @@ class Trainer:
         restored: Restored | None,
         started: float,
         ranks: TrainerRanks | None = None,
+        intake: EvaluationIntake | None = None,
     ) -> None:
         self.runtime = runtime
+        self.intake = intake
+        """The generators' evaluations (`llamarl.roles.held_out`); None: this trainer makes
+        them all."""
         self.ranks = ranks
         self.started = started
         """When the trainer's wall clock (`wall_s`) starts: before its model was built."""
@@ -136,7 +138,8 @@ class Trainer:
         """On the publisher thread: checksum and expose, record in the store, announce."""
         meta = self.publisher.publish(staged)
         if self.ranks is not None:
-            joined = self._join_shards(staged.policy_version, meta)
+            joined = joined_shards(self.runtime.store.version_shards, self.ranks.world,
+                                   staged.policy_version, meta, self.runtime.config.sync.timeout_s)  # fmt: skip
             if joined is None:  # a rank skipped to a newer version: that one is announced next
                 return
             meta = joined
@@ -152,26 +155,6 @@ class Trainer:
             layout=str(meta["layout"]),
         )
         self._announce_bus.publish(VERSIONS, announcement, staged.policy_version)
-
-    def _join_shards(self, policy_version: int, own: Meta) -> Meta | None:
-        """The version's metadata with every rank's shard, once each has recorded it (None when a
-        rank has moved past it); SyncError when one has not within `sync.timeout_s`."""
-        assert self.ranks is not None
-        deadline = time.monotonic() + self.runtime.config.sync.timeout_s
-        while True:
-            shards = self.runtime.store.version_shards()
-            versions = [int(shards.get(r, {}).get("policy_version", -1))
-                        for r in range(1, self.ranks.world)]  # fmt: skip
-            if any(v > policy_version for v in versions):
-                return None
-            if all(v == policy_version for v in versions):
-                metas: list[Meta] = [own]
-                metas += [{**shards[r]} for r in range(1, self.ranks.world)]
-                return join_shards(metas)
-            if time.monotonic() > deadline:
-                raise SyncError(f"version {policy_version}: trainer ranks {versions} did not "
-                                "publish their shards in time")  # fmt: skip
-            time.sleep(SHARD_POLL_S)
 
     def start(self) -> None:
         """Resume (or start fresh), publish the first version, evaluate the starting policy."""
@@ -306,7 +289,11 @@ class Trainer:
         self.book.mark(ids)
         runtime.count("finish_conflicts", ended.count(False))
         record["redis_s"] = runtime.add_time("redis_s", started)
-        if self.step % config.trainer.eval_every == 0 or self.step == config.trainer.num_steps:
+        last = self.step == config.trainer.num_steps
+        if self.intake is not None:  # the last step's record holds the trainer's own evaluation
+            for held_out in self.intake.take(config.sync.timeout_s if last else 0.0):
+                self._record_evaluation({} if last else record, held_out)
+        if last or (self.intake is None and self.step % config.trainer.eval_every == 0):
             started = runtime.clock()
             self.final_accuracy = record["held_out_accuracy"] = self.held_out_accuracy()
             if self.first_turn_accuracy is not None:
@@ -325,6 +312,18 @@ class Trainer:
         self.metrics.write(record)
         self.last = record
         return record
+
+    def _record_evaluation(self, record: dict[str, Any], held_out: HeldOut) -> None:
+        """A generator's evaluation into this step's record and RUN_DIR/samples.jsonl."""
+        self.final_accuracy = held_out.accuracy
+        if held_out.first_turn_accuracy is not None:
+            self.first_turn_accuracy = held_out.first_turn_accuracy
+            self.first_turn_accuracies.append(held_out.first_turn_accuracy)
+        self._log_samples(held_out.into_record(record))
+
+    def _log_samples(self, entry: dict[str, Any]) -> None:
+        self.samples_log.write(json.dumps(entry) + "\n")
+        self.samples_log.flush()
 
     def _first_turn_summary(self) -> dict[str, float | None]:
         """Episodes: the first-turn accuracy before and after RL (as this process saw them)."""
@@ -349,9 +348,8 @@ class Trainer:
         result = self.evaluate()
         self.first_turn_accuracy = result.first_turn_accuracy
         log.info("samples", step=self.step, accuracy=result.accuracy, samples=result.samples)
-        entry = {"step": self.step, "accuracy": result.accuracy, "samples": result.samples}
-        self.samples_log.write(json.dumps(entry) + "\n")
-        self.samples_log.flush()
+        self._log_samples({"step": self.step, "accuracy": result.accuracy,
+                           "samples": result.samples})  # fmt: skip
         return result.accuracy
 
     def _status(self, record: dict[str, Any]) -> dict[str, Any]:

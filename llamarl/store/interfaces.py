@@ -175,7 +175,27 @@ class RejectCounts(Protocol):
         ...
 
 
-class Store(VersionGate, Ledger, Registry, RejectCounts, Protocol):
+class HeldOutLog(Protocol):
+    """Held-out evaluations generators make for the trainer (`llamarl.roles.held_out`)."""
+
+    def claim_evaluation(self, step: int, worker_id: str) -> bool:
+        """True for the first worker to claim `step`'s evaluation, False for every other."""
+        ...
+
+    def claimed_evaluations(self) -> int:
+        """How many evaluations have been claimed."""
+        ...
+
+    def add_evaluation(self, entry: str) -> None:
+        """Append one evaluation (JSON text)."""
+        ...
+
+    def evaluations(self, start: int = 0) -> list[str]:
+        """The entries from index `start` on, oldest first."""
+        ...
+
+
+class Store(VersionGate, Ledger, Registry, RejectCounts, HeldOutLog, Protocol):
     """All of a run's shared state behind one connection."""
 
     def ping(self) -> bool:

@@ -64,6 +64,8 @@ class MemoryStore:
         self._workers: set[str] = set()
         self._worker_entries: dict[str, tuple[float, dict[str, str]]] = {}  # (expiry, fields)
         self._rejected: dict[str, int] = {}
+        self._evaluation_claims: dict[int, str] = {}
+        self._evaluations: list[str] = []
         self._run_status: str | None = None
 
     def ping(self) -> bool:
@@ -314,3 +316,23 @@ class MemoryStore:
     def rejected(self) -> dict[str, int]:
         with self._lock:
             return dict(self._rejected)
+
+    # -- held-out evaluations ----------------------------------------------------------------
+    def claim_evaluation(self, step: int, worker_id: str) -> bool:
+        with self._lock:
+            if step in self._evaluation_claims:
+                return False
+            self._evaluation_claims[step] = worker_id
+            return True
+
+    def claimed_evaluations(self) -> int:
+        with self._lock:
+            return len(self._evaluation_claims)
+
+    def add_evaluation(self, entry: str) -> None:
+        with self._lock:
+            self._evaluations.append(entry)
+
+    def evaluations(self, start: int = 0) -> list[str]:
+        with self._lock:
+            return self._evaluations[start:]

@@ -337,5 +337,21 @@ class RedisStore:
         raw = self._call("rejected", lambda: self.client.hgetall(self.key("rejected")))
         return {k: int(v) for k, v in raw.items()}
 
+    # -- held-out evaluations ---------------------------------------------------------------
+    def claim_evaluation(self, step: int, worker_id: str) -> bool:
+        return bool(self._call("claim evaluation", lambda: self.client.hsetnx(
+            self.key("evaluation_claims"), str(step), worker_id)))  # fmt: skip
+
+    def claimed_evaluations(self) -> int:
+        return int(self._call("claimed evaluations",
+                              lambda: self.client.hlen(self.key("evaluation_claims"))))  # fmt: skip
+
+    def add_evaluation(self, entry: str) -> None:
+        self._call("add evaluation", lambda: self.client.rpush(self.key("evaluations"), entry))
+
+    def evaluations(self, start: int = 0) -> list[str]:
+        return list(self._call("evaluations",
+                               lambda: self.client.lrange(self.key("evaluations"), start, -1)))  # fmt: skip
+
     def close(self) -> None:
         self.client.close()

@@ -10,7 +10,8 @@ malformed request under its `reason` and a receiver turns a malformed reply into
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -174,3 +175,29 @@ def join_shards(metas: list[dict[str, str | int]]) -> dict[str, str | int]:
         "checksum": SHARD_SEPARATOR.join(str(m["checksum"]) for m in metas),
         "layout": metas[0]["layout"],
     }
+
+
+SHARD_POLL_S = 0.005
+
+
+def joined_shards(read_shards: Callable[[], Mapping[int, Mapping[str, str]]], world: int,
+                  policy_version: int, own: dict[str, str | int],
+                  timeout_s: float) -> dict[str, str | int] | None:  # fmt: skip
+    """Rank 0's view of a version: its metadata joined with every other rank's shard (as
+    `read_shards` returns them, rank -> meta) once each has recorded it; None when a rank has
+    moved past it (the newer one is announced next); SyncError when one has not within
+    `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        shards = read_shards()
+        versions = [int(shards.get(r, {}).get("policy_version", -1)) for r in range(1, world)]
+        if any(v > policy_version for v in versions):
+            return None
+        if all(v == policy_version for v in versions):
+            metas: list[dict[str, str | int]] = [own]
+            metas += [{**shards[r]} for r in range(1, world)]
+            return join_shards(metas)
+        if time.monotonic() > deadline:
+            raise SyncError(f"version {policy_version}: trainer ranks {versions} did not "
+                            "publish their shards in time")  # fmt: skip
+        time.sleep(SHARD_POLL_S)

@@ -441,3 +441,19 @@ def test_count_rejected(backend: Backend) -> None:
     store.count_rejected("broker", "oversized", 3)
     store.count_rejected("trainer", "bad_schema", 2)
     assert store.rejected() == {"broker.oversized": 4, "trainer.bad_schema": 2}
+
+
+def test_one_worker_claims_each_evaluation_and_entries_read_back_in_order(
+    backend: Backend,
+) -> None:
+    store = backend.store
+    assert store.claim_evaluation(6, "generator-1")
+    assert not store.claim_evaluation(6, "generator-0"), "step 6 is generator-1's"
+    assert not store.claim_evaluation(6, "generator-1"), "a claim is made once"
+    assert store.claim_evaluation(12, "generator-0")
+    assert store.claimed_evaluations() == 2
+    assert store.evaluations() == []
+    store.add_evaluation('{"step": 6}')
+    store.add_evaluation('{"step": 12}')
+    assert store.evaluations() == ['{"step": 6}', '{"step": 12}']
+    assert store.evaluations(1) == ['{"step": 12}'] and store.evaluations(2) == []
