@@ -6,10 +6,13 @@ supervised warm start (run once per seed, `llamarl sft`), train on the same prom
 prompt i in both) and, with fixed-length completions (`min_new_tokens`), generate and train
 exactly the same number of tokens; the benchmark checks that and reports it.
 
-Per run: seconds per RL step, the mean over steps that neither evaluated nor followed an
-evaluation (evaluation is not training; in async mode generators may run ahead during it, bounded
-by the staleness limit); tokens per second; the time to the target held-out accuracy (RL time less
-the time spent evaluating); initial and final accuracy; each role's busy seconds per step and idle
+Per run: seconds per RL step, the mean over steps no evaluation slowed (evaluation is not
+training: a trainer's evaluation, its step and the next; a generator's, the steps from the one
+after the version it evaluated to the one its result reached the trainer, and the next); run
+seconds per step (RL wall time over steps, evaluations included) and its speed-up; tokens per
+second; the time to the target held-out accuracy (RL time less the time the trainer spent
+evaluating: an async run's includes the waits its generators' evaluations cause); initial and
+final accuracy; each role's busy seconds per step and idle
 fraction (async, from the workers' own timers) or each phase's seconds per step (sync). The target
 counts as reached when the mean of the last three evaluations reaches it (one evaluation is
 noisy), so it should be a level the runs reach mid-run, not in their first steps, when the async
@@ -103,14 +106,28 @@ def run_once(tree: dict[str, Any], mode: str, name: str, work_dir: Path) -> RunR
     return collect(work_dir / name, out)
 
 
+def evaluation_slowed(records: list[dict[str, Any]]) -> set[int]:
+    """Steps an evaluation slowed: a trainer's own (its step and the next) and a generator's
+    (from the step after the version it evaluated to the step its result reached the trainer,
+    and the next: meanwhile the trainer waits for that generator's groups)."""
+    slowed: set[int] = set()
+    for record in records:
+        if "eval_s" in record:
+            slowed |= {record["step"], record["step"] + 1}
+        if "eval_step" in record:
+            slowed |= set(range(record["eval_step"] + 1, record["step"] + 2))
+    return slowed
+
+
 def clean_step_s(records: list[dict[str, Any]], mode: str, warmup: int = 1) -> float:
-    """Mean seconds per step over steps past the first `warmup` that neither evaluated nor
-    followed an evaluation."""
+    """Mean seconds per step over steps past the first `warmup` that no evaluation slowed
+    (`evaluation_slowed`)."""
+    slowed = evaluation_slowed(records)
     times = []
     for index, record in enumerate(records):
-        previous = records[index - 1] if index else {}
-        if "eval_s" in record or "eval_s" in previous or index < warmup:
+        if record["step"] in slowed or index < warmup:
             continue
+        previous = records[index - 1]
         times.append(record["step_s"] if mode == "sync" else record["wall_s"] - previous["wall_s"])
     return sum(times) / len(times)
 
@@ -173,6 +190,7 @@ def describe(result: RunResult, mode: str, target: float) -> dict[str, Any]:
     return {
         "steps": steps,
         "s_per_step": round(step_s, 4),
+        "run_s_per_step": round(result.summary["rl_wall_s"] / steps, 4),
         "trained_tokens": int(trained_tokens),
         "generated_tokens": int(generated if mode == "async" else trained_tokens),
         "tokens_per_s": round(trained_tokens / steps / step_s, 1),
@@ -222,6 +240,7 @@ def bench(config_path: Path, seeds: list[int], target: float, work_dir: Path) ->
         )
         sync, asynchronous = pair["sync"], pair["async"]
         pair["speedup"] = round(sync["s_per_step"] / asynchronous["s_per_step"], 3)
+        pair["run_speedup"] = round(sync["run_s_per_step"] / asynchronous["run_s_per_step"], 3)
         pair["bound"] = round(sync["s_per_step"] / max(pair["solo"].values()), 3)
         pair["efficiency"] = round(pair["speedup"] / pair["bound"], 3)
         pair["equal_work"] = all(
@@ -238,6 +257,7 @@ def bench(config_path: Path, seeds: list[int], target: float, work_dir: Path) ->
         "speedup": spread(speedups),
         "speedup_median": spread(speedups)["median"],
         "speedup_min": min(speedups),
+        "run_speedup": spread([p["run_speedup"] for p in runs]),
         "bound": spread([p["bound"] for p in runs])["median"],
         "efficiency": spread([p["efficiency"] for p in runs])["median"],
         "equal_work": all(p["equal_work"] for p in runs),
