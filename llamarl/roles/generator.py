@@ -73,10 +73,10 @@ class Generator:
     ) -> None:
         self.runtime = runtime
         self.episodes = episodes
+        """Plays multi-turn episodes (environment.kind); None samples one completion each."""
         self.evaluations = evaluations
         """Evaluates the versions it takes up that reach an evaluation step (None: the
         trainer evaluates them all)."""
-        """Plays multi-turn episodes (environment.kind); None samples one completion each."""
         self.policy = policy
         self.prompt_set = prompt_set
         self.receiver = receiver

@@ -9,9 +9,10 @@ evaluates the version it holds (greedy, with its own weights: `generation.dtype`
 the result to the store's list; the trainer reads the list once a step and writes each result
 into that step's metrics record (`held_out_accuracy`, with `eval_step` and `eval_version`: the
 step and version that were evaluated) and into RUN_DIR/samples.jsonl; at the last step it waits
-(up to `sync.timeout_s`) for every claimed evaluation, so none is left behind. The evaluation before RL
-and the one after the last step stay the trainer's, as does every evaluation of a sync run. An
-entry that is not a well-formed evaluation is refused and counted (`malformed_evaluation`).
+(up to `sync.timeout_s`) for every claimed evaluation, so none is left behind. The evaluation
+before RL and the one after the last step stay the trainer's, as does every evaluation of a sync
+run. An entry that is not a well-formed evaluation is refused and counted
+(`malformed_evaluation`).
 """
 
 from __future__ import annotations

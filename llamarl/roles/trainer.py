@@ -138,8 +138,9 @@ class Trainer:
         """On the publisher thread: checksum and expose, record in the store, announce."""
         meta = self.publisher.publish(staged)
         if self.ranks is not None:
+            timeout_s = self.runtime.config.sync.timeout_s
             joined = joined_shards(self.runtime.store.version_shards, self.ranks.world,
-                                   staged.policy_version, meta, self.runtime.config.sync.timeout_s)  # fmt: skip
+                                   staged.policy_version, meta, timeout_s)  # fmt: skip
             if joined is None:  # a rank skipped to a newer version: that one is announced next
                 return
             meta = joined

@@ -350,8 +350,8 @@ class RedisStore:
         self._call("add evaluation", lambda: self.client.rpush(self.key("evaluations"), entry))
 
     def evaluations(self, start: int = 0) -> list[str]:
-        return list(self._call("evaluations",
-                               lambda: self.client.lrange(self.key("evaluations"), start, -1)))  # fmt: skip
+        key = self.key("evaluations")
+        return list(self._call("evaluations", lambda: self.client.lrange(key, start, -1)))
 
     def close(self) -> None:
         self.client.close()
