@@ -96,10 +96,14 @@ class Broker:
         # Every subscription notice reaches the broker, which applies only the valid ones.
         self.sub_out.setsockopt(zmq.XPUB_VERBOSE, 1)
         self.sub_out.setsockopt(zmq.XPUB_MANUAL, 1)
-        self.pub_in.bind(endpoints.pub_in)
-        self.sub_out.bind(endpoints.sub_out)
-        self.work_in.bind(endpoints.work_in)
-        self.work_out.bind(endpoints.work_out)
+        try:
+            self.pub_in.bind(endpoints.pub_in)
+            self.sub_out.bind(endpoints.sub_out)
+            self.work_in.bind(endpoints.work_in)
+            self.work_out.bind(endpoints.work_out)
+        except zmq.ZMQError:  # a port taken: nothing stays bound, so the caller may try others
+            self._close_sockets()
+            raise
         # Take every publication so malformed ones are seen and counted; XPUB filters per topic.
         self.pub_in.send(b"\x01")
 
@@ -259,12 +263,15 @@ class Broker:
         finally:
             self.close()
 
-    def close(self) -> None:
+    def _close_sockets(self) -> None:
         for sock in (self.pub_in, self.sub_out, self.work_in, self.work_out):
             sock.close(linger=0)
         if self._auth is not None:
             self._auth.stop()
         self._ctx.term()
+
+    def close(self) -> None:
+        self._close_sockets()
         self.rejections.flush(force=True)
         log.info("broker stopped", counters=dict(self.counters))
 

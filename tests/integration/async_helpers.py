@@ -40,12 +40,13 @@ def write_config(directory: Path, run_id: str, **overrides: Any) -> Path:
     return path
 
 
-def launch(config: Path, *options: str) -> subprocess.Popen[str]:
+def launch(config: Path, *options: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "workers.cli", "run", str(config), *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
 
 

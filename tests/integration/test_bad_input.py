@@ -65,6 +65,8 @@ CASES = [
     Case("the in-process transport in an async run", lambda t: _run(t, sync={"transport": "local"}), 2),
     Case("a jsonl task without a path", lambda t: _run(t, task={"kind": "jsonl"}), 2),
     Case("a broker port in use", _busy_port, 2),
+    Case("a broker port in use (llamarl run)",
+         lambda t: _run(t, broker={"port": int((t / "port").read_text())}), 2),
     Case("a run_dir that cannot be written (sync)",
          lambda t: _run(t, "--mode", "sync", run_dir=str(t / "file" / "run")), 2),
     Case("a broker.curve_keys directory without keys",
@@ -95,6 +97,7 @@ def test_bad_input_is_one_line_and_an_exit_code(case: Case, tmp_path: Path) -> N
     assert proc.returncode == case.exit_code, err[-2000:]
     assert len(lines) == 1, f"expected one line, got: {lines}"
     assert "Traceback" not in err
+    assert "redis retry" not in err, "a retry before the one line is said in it, not logged"
     message = re.sub(re.escape(str(tmp_path)), "TMP", lines[0])
     message = re.sub(r"\b\d{5}\b", "PORT", message)
     row = _row(case, message)

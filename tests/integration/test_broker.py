@@ -10,15 +10,15 @@ import zmq
 
 from llamarl.bus import BusClient, query_broker_stats
 from llamarl.launch import supervise
-from llamarl.net import BrokerEndpoints, free_port_block, make_socket
+from llamarl.net import make_socket
 from llamarl.topics import ROLLOUTS
 from tests.conftest import start_broker_process
 from tests.factories import rollout_group
 
 
 def test_rejections_are_counted_in_redis(redis_server, store) -> None:
-    endpoints = BrokerEndpoints("127.0.0.1", free_port_block())
-    proc = start_broker_process(endpoints, {"LLAMARL_REDIS_URL": redis_server.url})
+    broker = start_broker_process({"LLAMARL_REDIS_URL": redis_server.url})
+    endpoints, proc = broker.endpoints, broker.process
     try:
         ctx = zmq.Context()
         push = ctx.socket(zmq.PUSH)
@@ -36,9 +36,9 @@ def test_rejections_are_counted_in_redis(redis_server, store) -> None:
 
 
 def test_rate_limit_rejects_a_flooding_peer_before_decoding() -> None:
-    endpoints = BrokerEndpoints("127.0.0.1", free_port_block())
     limits = {"LLAMARL__BROKER__RATE_LIMIT_PER_S": "50", "LLAMARL__BROKER__RATE_BURST": "100"}
-    proc = start_broker_process(endpoints, limits)
+    broker = start_broker_process(limits)
+    endpoints, proc = broker.endpoints, broker.process
     try:
         producer = BusClient(endpoints, run_id="test", sender="flood")
         for index in range(1000):
@@ -58,10 +58,10 @@ def test_consumer_whose_pipe_was_full_gets_the_rest_without_returning_credit() -
     """The broker found the consumer's pipe full and kept its credit; once the consumer has read
     its pipe, the rest must follow although the consumer sends nothing more (it had credit for
     all of them from the start)."""
-    endpoints = BrokerEndpoints("127.0.0.1", free_port_block())
-    proc = start_broker_process(
-        endpoints, {"LLAMARL__BROKER__MAX_QUEUE": "100", "LLAMARL__BROKER__HWM": "2"}
+    broker = start_broker_process(
+        {"LLAMARL__BROKER__MAX_QUEUE": "100", "LLAMARL__BROKER__HWM": "2"}
     )
+    endpoints, proc = broker.endpoints, broker.process
     ctx = zmq.Context()
     try:
         count = 40  # of 1.2 MB each: more than the loopback socket buffers hold

@@ -13,7 +13,7 @@ import zmq
 
 from llamarl.bus import BusClient, query_broker_stats
 from llamarl.launch import supervise
-from llamarl.net import BrokerEndpoints, free_port_block
+from llamarl.net import BrokerEndpoints
 from llamarl.protocol import VersionAnnouncement
 from llamarl.topics import ROLLOUTS, VERSIONS
 from tests.conftest import start_broker_process
@@ -25,16 +25,15 @@ MAX_QUEUE_BYTES = 4 << 20
 
 @pytest.fixture
 def limited_broker() -> Iterator[tuple[BrokerEndpoints, int]]:
-    endpoints = BrokerEndpoints("127.0.0.1", free_port_block())
-    proc = start_broker_process(endpoints, {
+    broker = start_broker_process({
         "LLAMARL__BROKER__MAX_MESSAGE_BYTES": str(MAX_MESSAGE_BYTES),
         "LLAMARL__BROKER__MAX_QUEUE_BYTES": str(MAX_QUEUE_BYTES),
         "LLAMARL__BROKER__HWM": "5",
     })  # fmt: skip
     try:
-        yield endpoints, proc.pid
+        yield broker.endpoints, broker.process.pid
     finally:
-        supervise.stop(proc)
+        supervise.stop(broker.process)
 
 
 def _peak_rss_bytes(pid: int) -> int:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from brokers.redis_server import RedisServer
 from llamarl.launch import supervise
-from llamarl.net import BrokerEndpoints, free_port_block
 from tests.conftest import start_broker_process
 from tests.integration.async_helpers import write_config
 from tests.integration.worker_helpers import scored_round_trip, start_reward_worker
@@ -30,20 +29,20 @@ def _wait_for_line(path: Path, text: str, proc: subprocess.Popen[bytes]) -> None
 def test_a_worker_rides_out_a_broker_restart_and_gives_up_on_a_dead_broker(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:
-    endpoints = BrokerEndpoints("127.0.0.1", free_port_block())
     config = write_config(tmp_path, "test", broker={"dead_after_s": DEAD_AFTER_S})
-    broker = start_broker_process(endpoints)
+    broker = start_broker_process()
+    endpoints = broker.endpoints
     log_path = tmp_path / "reward.log"
     worker = start_reward_worker(config, redis_server.url, endpoints, log_path)
     try:
         scored_round_trip(endpoints, 1)
-        supervise.stop(broker)
+        supervise.stop(broker.process)
         _wait_for_line(log_path, "bus not answering", worker)
-        broker = start_broker_process(endpoints)
+        broker = start_broker_process(port=endpoints.port)  # where the worker looks for it
         _wait_for_line(log_path, "bus answers again", worker)
         scored_round_trip(endpoints, 2)
 
-        supervise.stop(broker)
+        supervise.stop(broker.process)
         assert worker.wait(120) == 3  # gave up (after dead_after_s: the line below names it)
         last = log_path.read_text().strip().splitlines()[-1]
         assert last.startswith(f"reward r0: broker {endpoints} did not answer for "), last
@@ -53,4 +52,4 @@ def test_a_worker_rides_out_a_broker_restart_and_gives_up_on_a_dead_broker(
         ), last
     finally:
         supervise.stop(worker)
-        supervise.stop(broker)
+        supervise.stop(broker.process)

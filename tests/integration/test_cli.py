@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from llamarl.bus import query_broker_stats
 from llamarl.net import BrokerEndpoints, free_port_block
@@ -21,15 +22,21 @@ def test_help_lists_the_roles() -> None:
         assert role in done.stdout
 
 
-def test_worker_broker_serves_and_exits_0_on_sigterm() -> None:
-    endpoints = BrokerEndpoints("127.0.0.1", free_port_block())
+def test_worker_broker_serves_and_exits_0_on_sigterm(tmp_path: Path) -> None:
+    """Without a port it binds a free block itself and writes the base port where it was told."""
+    port_file = tmp_path / "broker.port"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMARL_BROKER")}
     proc = subprocess.Popen(
-        [*LLAMARL, "worker", "broker", "--log-format", "json"],
-        env={**os.environ, "LLAMARL_BROKER": str(endpoints)},
+        [*LLAMARL, "worker", "broker", "--log-format", "json", "--port-file", str(port_file)],
+        env=env,
         stderr=subprocess.PIPE,
     )
     try:
         deadline = time.monotonic() + 20
+        while not port_file.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        endpoints = BrokerEndpoints("127.0.0.1", int(port_file.read_text()))
         while True:
             try:
                 assert "queued.rollouts" in query_broker_stats(endpoints, timeout_s=0.5)

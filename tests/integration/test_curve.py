@@ -52,11 +52,10 @@ def stranger(tmp_path: Path, keys: Curve) -> Curve:
 
 @pytest.fixture
 def curve_broker(keys: Curve) -> Iterator[BrokerEndpoints]:
-    endpoints = BrokerEndpoints("127.0.0.1", free_port_block())
     env = {"LLAMARL__BROKER__CURVE_KEYS": str(keys.directory)}
-    proc = start_broker_process(endpoints, env, curve=keys)
-    yield endpoints
-    supervise.stop(proc)
+    broker = start_broker_process(env, curve=keys)
+    yield broker.endpoints
+    supervise.stop(broker.process)
 
 
 def _wait_for_queued(endpoints: BrokerEndpoints, curve: Curve, count: int) -> None:

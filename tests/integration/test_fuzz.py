@@ -81,13 +81,13 @@ def _redis_rejected(store: RedisStore, source: str) -> int:
 def test_broker_endpoints_reject_and_count_every_bad_frame(
     redis_server: RedisServer, store: RedisStore
 ) -> None:
-    endpoints = BrokerEndpoints("127.0.0.1", free_port_block())
     env = {
         "LLAMARL_REDIS_URL": redis_server.url,
         "LLAMARL_RUN_ID": "test",
         "LLAMARL__BROKER__MAX_MESSAGE_BYTES": str(MAX_BYTES),
     }
-    proc = start_broker_process(endpoints, env)
+    broker = start_broker_process(env)
+    endpoints, proc = broker.endpoints, broker.process
     ctx = zmq.Context()
     try:
 

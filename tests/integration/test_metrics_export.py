@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from brokers.redis_server import RedisServer
 from llamarl.launch import supervise
-from llamarl.net import BrokerEndpoints, free_port_block
+from llamarl.net import free_port_block
 from tests.conftest import start_broker_process
 from tests.integration.async_helpers import write_config
 from tests.integration.worker_helpers import scored_round_trip, start_reward_worker
@@ -34,10 +34,10 @@ def _scrape(port: int) -> dict[str, dict[str, float]]:
 def test_a_worker_serves_its_counters_to_prometheus(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:
-    endpoints = BrokerEndpoints("127.0.0.1", free_port_block())
     port = free_port_block(size=1)
     config = write_config(tmp_path, "test")
-    broker = start_broker_process(endpoints)
+    broker = start_broker_process()
+    endpoints = broker.endpoints
     worker = start_reward_worker(config, redis_server.url, endpoints, tmp_path / "reward.log",
                                  "--metrics-port", str(port))  # fmt: skip
     try:
@@ -55,4 +55,4 @@ def test_a_worker_serves_its_counters_to_prometheus(
         assert metrics["llamarl_busy_s"]["r0"] > 0
     finally:
         supervise.stop(worker)
-        supervise.stop(broker)
+        supervise.stop(broker.process)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from llamarl.config import (
@@ -30,7 +31,6 @@ from llamarl.config import (
 )
 from llamarl.engine.grouped import TrainGroup, micro_batches
 from llamarl.engine.model import build_policy, place
-from llamarl.net import free_port_block
 from llamarl.roles.build import learner
 from llamarl.roles.trainer_durability import Checkpointer
 from llamarl.store import MemoryStore
@@ -106,7 +106,8 @@ def run_two_ranks(target: Any, *args: Any) -> list[Any]:
     `out` (a tuple starting with its rank), in rank order."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    port = free_port_block(size=1)
+    store = group_store()
+    port = store.port
     procs = [ctx.Process(target=target, args=(r, 2, port, *args, out)) for r in range(2)]
     for proc in procs:
         proc.start()
@@ -148,9 +149,17 @@ def full_weights(model: torch.nn.Module) -> np.ndarray:
     return torch.cat([t.detach().flatten() for t in tensors]).numpy().copy()
 
 
+def group_store() -> dist.TCPStore:
+    """The ranks' rendezvous store, bound here on a port the kernel picks (as torchrun's agent
+    does), so no other process can take the port between its choice and the bind. Keep it
+    referenced until the ranks have joined."""
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+
+
 def join_group(rank: int, world: int, port: int) -> TrainerRanks:
+    """Join as `rank` through the store `group_store` holds at `port` (rank 0 a client too)."""
     os.environ |= {"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-                   "MASTER_PORT": str(port)}  # fmt: skip
+                   "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True"}  # fmt: skip
     torch.set_num_threads(1)
     ranks = TrainerRanks.from_env("cpu", 60, "test")
     assert ranks is not None
@@ -233,7 +242,8 @@ def test_sharded_sync_from_two_ranks_reproduces_the_weights_in_two_generators(
 ) -> None:
     ctx = mp.get_context("spawn")
     metas, out, done = ctx.Queue(), ctx.Queue(), ctx.Event()
-    port = free_port_block(size=1)
+    store = group_store()
+    port = store.port
     ranks = [ctx.Process(target=publish_rank, args=(config, r, 2, port, rows, metas, done))
              for r in range(2)]  # fmt: skip
     for proc in ranks:
