@@ -105,6 +105,10 @@ def _register_others(bench_sub: Subparsers) -> None:
     grid.add_argument("--work-dir", default="runs/bench-grid")
     grid.add_argument("--out", help="also write the JSON here")
     grid.set_defaults(func=grid_bench)
+    sandbox = bench_sub.add_parser("sandbox", help="seconds per Python tool call, start to result")
+    sandbox.add_argument("--calls", type=int, default=30, help="calls, each timed")
+    sandbox.add_argument("--out", help="also write the JSON here")
+    sandbox.set_defaults(func=sandbox_bench)
 
 
 def _emit(result: dict[str, Any], args: argparse.Namespace) -> int:
@@ -201,3 +205,9 @@ def grid_bench(args: argparse.Namespace) -> int:
             f"--shapes: unknown {', '.join(unknown)}; choose from {', '.join(SHAPES)}"
         )
     return _emit(bench(names, args.pairs, Path(args.work_dir)), args)
+
+
+def sandbox_bench(args: argparse.Namespace) -> int:
+    from llamarl.bench.sandbox import bench
+
+    return _emit(bench(args.calls), args)

@@ -39,11 +39,15 @@ class EnvironmentConfig(_Section):
     python_wall_s: float = Field(5.0, gt=0, le=600)
     """The Python tool's wall-clock limit a call."""
     python_cpu_s: int = Field(2, ge=1, le=600)
-    """The Python tool's CPU-time limit a call."""
+    """The Python tool's CPU-time limit a call, all its processes together."""
     python_memory_mb: int = Field(512, ge=64, le=65536)
-    """The Python tool's address-space limit."""
+    """The Python tool's memory limit a call, all its processes, memfds and files together."""
     python_output_bytes: int = Field(65536, ge=64, le=16 << 20)
     """The Python tool's stdout and stderr limit a call; more kills the call."""
+    python_work_mb: int = Field(16, ge=1, le=4096)
+    """Size of the Python tool's /work a call (a tmpfs; a write past it gets ENOSPC)."""
+    python_work_files: int = Field(4096, ge=16, le=1 << 20)
+    """Files and directories the Python tool's /work may hold a call (ENOSPC past it)."""
 
     @model_validator(mode="after")
     def _fields_agree(self) -> EnvironmentConfig:

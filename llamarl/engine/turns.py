@@ -7,14 +7,28 @@ or the whole end-of-turn marker when the turn was cut short), the reply's messag
 for the model's next turn: what follows a placeholder for the model's text when the whole
 conversation is rendered, so the model's own tokens are never re-tokenized. Without a template the messages'
 texts are appended as they are. The model's tokens stay exactly those it sampled.
+
+Text an environment or a tool wrote cannot forge tokens: its control characters are escaped
+(`\\x00`), so no reply can contain the renderer's markers, which also carry a fresh random
+nonce each time (the model cannot write them either), and it is tokenized with special tokens
+split (`<eos>` written by a tool is the five characters, never the end-of-sequence token). Only
+the template's own markup becomes control tokens.
 """
 
 from __future__ import annotations
 
+import re
+import secrets
+
 from llamarl.engine.model import Policy
 from llamarl.envs.base import Message
 
-PLACEHOLDER = "\x00model-turn\x00"
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Control characters but newline and tab: escaped in an environment's text."""
+
+
+def escape_control(text: str) -> str:
+    return CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
 
 
 class TurnRenderer:
@@ -29,7 +43,15 @@ class TurnRenderer:
         return str(text)
 
     def ids(self, text: str) -> list[int]:
+        """Tokens of template text: its special tokens are control tokens."""
         return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def text_ids(self, text: str) -> list[int]:
+        """Tokens of an environment's text: control characters escaped, special tokens split."""
+        encoded = self.tokenizer(
+            escape_control(text), add_special_tokens=False, split_special_tokens=True
+        )
+        return list(encoded.input_ids)
 
     def prompt(self, messages: list[Message]) -> list[int]:
         """The prompt's tokens, ending with the cue for the model's first turn."""
@@ -43,13 +65,20 @@ class TurnRenderer:
         """The tokens of `new` after a model turn; `history` is the conversation before that
         turn (the turn itself not included)."""
         if not self.policy.chat:
-            return self.ids("".join(m["content"] for m in new))
-        with_turn = [*history, {"role": "assistant", "content": PLACEHOLDER}]
+            return self.text_ids("".join(m["content"] for m in new))
+        nonce = secrets.token_hex(8)
+        turn = f"\x00model-turn-{nonce}\x00"
+        marks = {f"\x00env-text-{nonce}-{i}\x00": m["content"] for i, m in enumerate(new)}
+        with_turn = [*history, {"role": "assistant", "content": turn}]
+        marked = [{**m, "content": mark} for m, mark in zip(new, marks, strict=True)]
         # Everything after the model's text, as the template writes it once the reply follows
         # (a template may render a turn differently when it is no longer the last one).
-        after = self._render(with_turn + new, cue=True)
-        rest = after[after.index(PLACEHOLDER) + len(PLACEHOLDER) :]
+        after = self._render(with_turn + marked, cue=True)
+        rest = after[after.index(turn) + len(turn) :]
         eos = str(self.tokenizer.eos_token)
         if ended_with_eos and rest.startswith(eos):
             rest = rest[len(eos) :]
-        return self.ids(rest)
+        ids: list[int] = []
+        for piece in re.split(f"(\x00env-text-{nonce}-\\d+\x00)", rest):
+            ids += self.text_ids(marks[piece]) if piece in marks else self.ids(piece)
+        return ids

@@ -54,6 +54,8 @@ def make_tools(config: EnvironmentConfig) -> dict[str, Tool]:
                     memory_mb=config.python_memory_mb,
                     output_bytes=config.python_output_bytes,
                     wall_s=config.python_wall_s,
+                    work_bytes=config.python_work_mb << 20,
+                    work_files=config.python_work_files,
                 )
             )
     return tools

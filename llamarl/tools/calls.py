@@ -31,7 +31,11 @@ def write_call(name: str, argument: str) -> str:
 
 
 def result_text(text: str) -> str:
-    return f"<result>{text}</result>"
+    """The tool's text inside the result tag, which the text cannot close: its `</result`
+    becomes `<\\/result` (control characters are escaped where every environment text is,
+    in `llamarl.engine.turns`)."""
+    inside = text.replace("</result", "<\\/result")
+    return f"<result>{inside}</result>"
 
 
 def run_call(body: str, tools: Mapping[str, Tool]) -> str:

@@ -1,17 +1,21 @@
 """The Python tool: the model's code runs in a separate, isolated process (`llamarl.tools.sandbox`:
-new network, mount and pid namespaces, a read-only chroot with only the interpreter and a private
-/work, uid 65534, CPU, memory, output, file-size, process and wall-clock limits) and the tool
-answers with what it printed, or with one `error:` line naming the limit that ended it. It never
-raises for anything the code does. It needs root on Linux (namespaces, chroot, setuid and the
-limits are Linux-only), and refuses to start, at construction, where any isolation step cannot
-be applied. It does not protect against kernel exploits or side channels.
+a cgroup of its own bounding memory, processes and CPU for the whole call; new mount, pid,
+network, IPC and UTS namespaces; a read-only chroot with only the interpreter and a bounded tmpfs
+/work; uid 65534, a fresh session keyring and a seccomp filter; output, file-size and wall-clock
+limits) and the tool answers with what it printed, or with one `error:` line naming the limit
+that ended it. A call never raises: whatever goes wrong is its answer. It needs root on Linux,
+and refuses to start, at construction, where any isolation step cannot be applied. It does not
+protect against kernel exploits or side channels.
 """
 
 from __future__ import annotations
 
+import structlog
+
 from llamarl.errors import ConfigError
 from llamarl.tools.sandbox import SandboxError, SandboxLimits, SandboxResult, run_sandboxed
 
+log = structlog.get_logger(__name__)
 MAX_CHARS = 2000
 
 
@@ -40,6 +44,9 @@ class PythonRunner:
             result = run_sandboxed(argument, self.limits)
         except SandboxError as exc:
             return f"error: the sandbox could not start ({' '.join(str(exc).split())})"
+        except Exception as exc:  # a call never raises: the model reads what went wrong
+            log.error("sandbox failure", error=repr(exc))
+            return f"error: the sandbox failed ({type(exc).__name__}: {exc})"
         return reply(result, self.limits, self.max_chars)
 
 
