@@ -15,6 +15,7 @@ from pathlib import Path
 
 from brokers.broker_process import start_broker
 from brokers.redis_server import RedisServer
+from llamarl.config import RunConfig
 from llamarl.curve import load_curve
 from llamarl.launch import supervise
 from llamarl.net import BrokerEndpoints
@@ -32,6 +33,11 @@ class EmbeddedServices:
     redis: RedisServer | None = None
     broker: subprocess.Popen[bytes] | None = None
     endpoints: BrokerEndpoints | None = None
+
+    @classmethod
+    def for_run(cls, config: RunConfig, run_dir: Path) -> EmbeddedServices:
+        """The services of `config`'s run, not started, keeping its `broker.port` if set."""
+        return cls(run_dir, config.run_id, config.broker.curve_keys, config.broker.port)
 
     @property
     def redis_url(self) -> str:

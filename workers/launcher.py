@@ -21,7 +21,6 @@ import torch
 
 from brokers.embedded import EmbeddedServices
 from llamarl.config import load_config
-from llamarl.errors import ServiceStartError
 from llamarl.launch.cores import usable_cores
 from llamarl.launch.layout import plan_layout
 from llamarl.launch.local import (
@@ -57,11 +56,9 @@ def main(args: argparse.Namespace) -> int:
         return 0
     config, split = plan.config, plan.split
     services = None
-    try:
+    try:  # a service that does not start is one line (llamarl.commands), never a traceback
         if config.redis.url is None:
-            services = EmbeddedServices(
-                run_dir, config.run_id, config.broker.curve_keys, config.broker.port
-            ).start()
+            services = EmbeddedServices.for_run(config, run_dir).start()
         env = worker_env(split, (services.env() if services is not None else {}) | plan.overrides)
         url = services.redis_url if services is not None else str(config.redis.url)
         check_redis(config, url)
@@ -70,9 +67,6 @@ def main(args: argparse.Namespace) -> int:
                 return run_roles(config, url, actors, split, services)
         spawn = local_spawn(config, run_dir, env, args.config)
         return run_roles(config, url, spawn, split, services)
-    except ServiceStartError as err:  # the service's own line and its log; no traceback
-        print(err, file=sys.stderr)
-        return 2 if err.config_error else 1
     except ConnectionError as err:
         print(f"run failed: {err}", file=sys.stderr)
         return 1

@@ -13,7 +13,7 @@ from llamarl.bench import command as bench
 from llamarl.commands import config_check, export, keys, model, monitor, plot, processes, sft
 from llamarl.commands.base import Command
 from llamarl.config import apply_overrides
-from llamarl.errors import ConfigError
+from llamarl.errors import ConfigError, ServiceStartError
 from llamarl.sim import command as sim
 
 COMMANDS = (sft, bench, sim, export, plot, monitor, model, keys, config_check)
@@ -52,5 +52,8 @@ def main(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
+    except ServiceStartError as err:  # the service's own line and its log
+        print(err, file=sys.stderr)
+        return 2 if err.config_error else 1
     except KeyboardInterrupt:
         return 130
