@@ -6,25 +6,26 @@ supervised warm start (run once per seed, `llamarl sft`), train on the same prom
 prompt i in both) and, with fixed-length completions (`min_new_tokens`), generate and train
 exactly the same number of tokens; the benchmark checks that and reports it.
 
-Per run: seconds per RL step, the mean over steps no evaluation slowed (evaluation is not
-training: a trainer's evaluation, its step and the next; a generator's, the steps from the one
-after the version it evaluated to the one its result reached the trainer, and the next); run
-seconds per step (RL wall time over steps, evaluations included) and its speed-up; tokens per
-second; the time to the target held-out accuracy (RL time less the time the trainer spent
-evaluating: an async run's includes the waits its generators' evaluations cause); initial and
-final accuracy; each role's busy seconds per step and idle
-fraction (async, from the workers' own timers) or each phase's seconds per step (sync). The target
-counts as reached when the mean of the last three evaluations reaches it (one evaluation is
-noisy), so it should be a level the runs reach mid-run, not in their first steps, when the async
-pipeline is still filling.
+Per run: run seconds per step (RL wall time over steps, evaluations included: what a user
+waits for), seconds per RL step (the mean over steps no evaluation slowed: a trainer's
+evaluation, its step and the next; a shared one, the steps from the one after the version it
+evaluated to the one its result reached the trainer, and the next) and the wall seconds
+evaluations cost per step (the difference); tokens per second; the time to the target held-out
+accuracy (RL time less the time the trainer spent evaluating); initial and final accuracy; each
+role's busy seconds per step and idle fraction (async, from the workers' own timers) or each
+phase's seconds per step (sync). The target counts as reached when the mean of the last three
+evaluations reaches it (one evaluation is noisy), so it should be a level the runs reach
+mid-run, not in their first steps, when the async pipeline is still filling.
 
-Per pair: speed-up = sync s/step / async s/step, and the bound that perfect overlap would give
-from the measured per-role times. Each role's time is measured alone, at the threads the async
-run gives it (`llamarl.launch.cores`), in short synchronous "solo" runs of the same work (generation and
-training phases timed separately, nothing else running); perfect overlap makes a step as long as
-the slowest role, so bound = sync s/step / max(solo generation, solo training) s/step, and
-efficiency = speed-up / bound: what contention between the roles, the bus, Redis and weight sync
-cost. The output ends with one JSON line (medians with min and max over the pairs).
+Per pair: the speed-up, sync run s/step / async run s/step (evaluations included: the
+headline), and beside it the RL-only speed-up, sync s/step / async s/step over RL steps, with
+the bound that perfect overlap would give it from the measured per-role times. Each role's time
+is measured alone, at the threads the async run gives it (`llamarl.launch.cores`), in short
+synchronous "solo" runs of the same work (generation and training phases timed separately,
+nothing else running); perfect overlap makes an RL step as long as the slowest role, so
+rl_bound = sync s/step / max(solo generation, solo training) s/step, and rl_efficiency =
+RL speed-up / rl_bound: what contention between the roles, the bus, Redis and weight sync cost.
+The output ends with one JSON line (medians with min and max over the pairs).
 """
 
 from __future__ import annotations
@@ -187,10 +188,12 @@ def describe(result: RunResult, mode: str, target: float) -> dict[str, Any]:
     step_s = clean_step_s(records, mode)
     trained_tokens = sum(r["num_tokens"] for r in records)
     generated = sum(t.get("generated_tokens", 0) for t in result.timers.values())
+    run_s_per_step = result.summary["rl_wall_s"] / steps
     return {
         "steps": steps,
         "s_per_step": round(step_s, 4),
-        "run_s_per_step": round(result.summary["rl_wall_s"] / steps, 4),
+        "run_s_per_step": round(run_s_per_step, 4),
+        "eval_s_per_step": round(run_s_per_step - step_s, 4),
         "trained_tokens": int(trained_tokens),
         "generated_tokens": int(generated if mode == "async" else trained_tokens),
         "tokens_per_s": round(trained_tokens / steps / step_s, 1),
@@ -239,15 +242,16 @@ def bench(config_path: Path, seeds: list[int], target: float, work_dir: Path) ->
             max(r["bus_s_per_step"] for r in roles) / pair["async"]["s_per_step"], 5
         )
         sync, asynchronous = pair["sync"], pair["async"]
-        pair["speedup"] = round(sync["s_per_step"] / asynchronous["s_per_step"], 3)
-        pair["run_speedup"] = round(sync["run_s_per_step"] / asynchronous["run_s_per_step"], 3)
-        pair["bound"] = round(sync["s_per_step"] / max(pair["solo"].values()), 3)
-        pair["efficiency"] = round(pair["speedup"] / pair["bound"], 3)
+        pair["speedup"] = round(sync["run_s_per_step"] / asynchronous["run_s_per_step"], 3)
+        pair["rl_speedup"] = round(sync["s_per_step"] / asynchronous["s_per_step"], 3)
+        pair["rl_bound"] = round(sync["s_per_step"] / max(pair["solo"].values()), 3)
+        pair["rl_efficiency"] = round(pair["rl_speedup"] / pair["rl_bound"], 3)
         pair["equal_work"] = all(
             sync[key] == asynchronous[key] for key in ("trained_tokens", "generated_tokens")
         )
         runs.append(pair)
     speedups = [p["speedup"] for p in runs]
+    rl_speedups = [p["rl_speedup"] for p in runs]
     sync_target = median_time([p["sync"]["s_to_target"] for p in runs])
     async_target = median_time([p["async"]["s_to_target"] for p in runs])
     return {
@@ -257,9 +261,11 @@ def bench(config_path: Path, seeds: list[int], target: float, work_dir: Path) ->
         "speedup": spread(speedups),
         "speedup_median": spread(speedups)["median"],
         "speedup_min": min(speedups),
-        "run_speedup": spread([p["run_speedup"] for p in runs]),
-        "bound": spread([p["bound"] for p in runs])["median"],
-        "efficiency": spread([p["efficiency"] for p in runs])["median"],
+        "rl_speedup": spread(rl_speedups),
+        "rl_bound": spread([p["rl_bound"] for p in runs])["median"],
+        "rl_efficiency": spread([p["rl_efficiency"] for p in runs])["median"],
+        "sync_eval_s_per_step": spread([p["sync"]["eval_s_per_step"] for p in runs], 4),
+        "async_eval_s_per_step": spread([p["async"]["eval_s_per_step"] for p in runs], 4),
         "equal_work": all(p["equal_work"] for p in runs),
         "async_bus_fraction": max(p["async"]["bus_fraction"] for p in runs),
         "sync_s_per_step": spread([p["sync"]["s_per_step"] for p in runs], 4),

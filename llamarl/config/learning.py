@@ -130,11 +130,11 @@ class TrainerConfig(_Section):
     """RL optimizer steps in a run."""
     eval_every: int = Field(10, ge=1, le=1_000_000)
     """Evaluate held-out accuracy every this many steps."""
-    evaluate_on: Literal["generator", "trainer"] = "generator"
-    """Where an async run's evaluations between its first and its last run: on the generator
-    that first takes up the version (off the trainer's critical path; `llamarl.roles.held_out`)
-    or on the trainer, between two steps. Before RL, after the last step and in sync runs the
-    trainer evaluates."""
+    evaluate_on: Literal["shared", "trainer"] = "shared"
+    """Who makes an async run's evaluations between its first and its last: shared, in chunks,
+    by the trainer and every generator holding the evaluated version at once
+    (`llamarl.roles.held_out`; an FSDP trainer evaluates alone), or the trainer alone, between
+    two steps. Before RL, after the last step and in sync runs the trainer evaluates."""
     sft_steps: int = Field(300, ge=0, le=10_000_000)
     """Supervised warm-start steps before RL (0 to skip)."""
     sft_lr: float = Field(1e-3, gt=0, le=1)

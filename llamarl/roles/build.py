@@ -9,7 +9,7 @@ role process; the synchronous baseline builds its runtimes on in-process ones in
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -33,14 +33,19 @@ from llamarl.rewards.custom import load_reward
 from llamarl.rewards.reward_model import RewardModelScorer
 from llamarl.rewards.scorers import FunctionScorer, GroupScorer
 from llamarl.roles.generator import Generator
-from llamarl.roles.held_out import EvaluationIntake, GeneratorEvaluations
+from llamarl.roles.held_out import (
+    GeneratorEvaluations,
+    HeldOutSet,
+    TrainerEvaluations,
+    shares_evaluations,
+)
 from llamarl.roles.reward import RewardScorer
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.roles.trainer import Trainer
 from llamarl.roles.trainer_durability import Checkpointer
 from llamarl.roles.trainer_follower import TrainerFollower
 from llamarl.store import RedisStore, RejectCounts
-from llamarl.tasks import make_prompt_set
+from llamarl.tasks import Example, make_prompt_set
 from llamarl.training.checkpoint import CheckpointStore, Restored
 from llamarl.training.evaluate import Evaluation, evaluate, evaluate_episodes
 from llamarl.training.learner import Learner
@@ -110,7 +115,7 @@ def generator(
     """A generator with its own policy on `generation.device` in `generation.dtype` (or
     `policy`, shared with a trainer in the same process) and its own sampling stream, seeded
     from the run's seed and its worker id; it takes on held-out evaluations when `evaluates`
-    and `trainer.evaluate_on` is generator (`llamarl.roles.held_out`)."""
+    and the run shares its evaluations (`llamarl.roles.held_out`)."""
     config = runtime.config
     if receiver is None:
         curve = load_curve(config.broker.curve_keys)
@@ -123,7 +128,7 @@ def generator(
         place(policy, gen.device, gen.dtype)
         policy = with_adapters(policy, config.model.lora, config.seed)
     evaluations = None
-    if evaluates and config.trainer.evaluate_on == "generator":
+    if evaluates and shares_evaluations(config):
         evaluations = GeneratorEvaluations(runtime, held_out_evaluation(config, policy))
     return Generator(
         runtime,
@@ -226,7 +231,7 @@ def trainer(
     """The trainer (rank 0 of `ranks`), resumed from its run's newest checkpoint when there is
     one. Its wall clock starts here, before the model is loaded or warm-started. It evaluates
     before RL and after the last step, and in between when `evaluates_all` (a sync run) or
-    `trainer.evaluate_on` is trainer; else it takes the generators' evaluations."""
+    the run does not share its evaluations; else it shares them (`llamarl.roles.held_out`)."""
     started = runtime.clock()
     config = runtime.config
     prompt_set = make_prompt_set(config.task, config.seed)
@@ -252,19 +257,16 @@ def trainer(
 
     checkpointer = Checkpointer(checkpoints, runtime.store, config.trainer.checkpoint_every,
                                 config.trainer.sharding == "fsdp", ranks)  # fmt: skip
-    intake = None
-    if not evaluates_all and config.trainer.evaluate_on == "generator":
-        after = restored.state.step if restored is not None else 0
-        intake = EvaluationIntake(runtime.store, runtime.rejections.record, after)
+    shared = None
+    if not evaluates_all and shares_evaluations(config):
+        shared = TrainerEvaluations(runtime, evaluation)
     return Trainer(
-        runtime, learner_, publisher, checkpointer, evaluate_now, restored, started, ranks, intake
+        runtime, learner_, publisher, checkpointer, evaluate_now, restored, started, ranks, shared
     )
 
 
-def held_out_evaluation(
-    config: RunConfig, policy: Policy
-) -> Callable[[Listener | None], Evaluation]:
-    """Evaluates `policy` on the task's held-out prompts (greedy, so every sharded rank takes
+def held_out_evaluation(config: RunConfig, policy: Policy) -> HeldOutSet:
+    """The task's held-out prompts, evaluated with `policy` (greedy, so every sharded rank takes
     the same steps)."""
     held_out = make_prompt_set(config.task, config.seed).eval_items()
     verifier = make_verifier(config.task.verifier)
@@ -273,17 +275,17 @@ def held_out_evaluation(
     if runner is not None:
         with_env = runner
 
-        def run_episodes(listener: Listener | None) -> Evaluation:
-            return evaluate_episodes(with_env, held_out, verifier, gen.max_new_tokens,
+        def run_episodes(examples: Sequence[Example], listener: Listener | None) -> Evaluation:
+            return evaluate_episodes(with_env, examples, verifier, gen.max_new_tokens,
                                      listener=listener)  # fmt: skip
 
-        return run_episodes
+        return HeldOutSet(held_out, run_episodes)
 
-    def run(listener: Listener | None) -> Evaluation:
-        return evaluate(policy, held_out, verifier, gen.max_new_tokens, gen.min_new_tokens,
+    def run(examples: Sequence[Example], listener: Listener | None) -> Evaluation:
+        return evaluate(policy, examples, verifier, gen.max_new_tokens, gen.min_new_tokens,
                         listener=listener)  # fmt: skip
 
-    return run
+    return HeldOutSet(held_out, run)
 
 
 def trainer_follower(config: RunConfig, ranks: TrainerRanks, store: RedisStore) -> TrainerFollower:

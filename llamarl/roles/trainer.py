@@ -36,7 +36,7 @@ from llamarl.roles.admission import check_scored
 from llamarl.roles.background import LatestOnly
 from llamarl.roles.base import RoleResult
 from llamarl.roles.group_signal import SignalFilter
-from llamarl.roles.held_out import EvaluationIntake, HeldOut
+from llamarl.roles.held_out import HeldOut, TrainerEvaluations
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.roles.ticket_book import TicketBook
 from llamarl.roles.trainer_durability import SAMPLES_LOG, Checkpointer, resume, rewind_logs
@@ -66,12 +66,12 @@ class Trainer:
         restored: Restored | None,
         started: float,
         ranks: TrainerRanks | None = None,
-        intake: EvaluationIntake | None = None,
+        shared: TrainerEvaluations | None = None,
     ) -> None:
         self.runtime = runtime
-        self.intake = intake
-        """The generators' evaluations (`llamarl.roles.held_out`); None: this trainer makes
-        them all."""
+        self.shared = shared
+        """Evaluations shared with the generators (`llamarl.roles.held_out`); None: this
+        trainer makes them all."""
         self.ranks = ranks
         self.started = started
         """When the trainer's wall clock (`wall_s`) starts: before its model was built."""
@@ -281,6 +281,8 @@ class Trainer:
         self.step += 1
         if self.step % config.sync.every_steps == 0:
             self.policy_version += 1
+            if self.shared is not None:  # before it is announced: generators may join in
+                self.shared.open_if_due(self.step, self.policy_version)
             self.publish()
         self._journal(batch, staleness)
         started = runtime.clock()
@@ -291,10 +293,13 @@ class Trainer:
         runtime.count("finish_conflicts", ended.count(False))
         record["redis_s"] = runtime.add_time("redis_s", started)
         last = self.step == config.trainer.num_steps
-        if self.intake is not None:  # the last step's record holds the trainer's own evaluation
-            for held_out in self.intake.take(config.sync.timeout_s if last else 0.0):
+        if self.shared is not None:  # the last step's record holds the trainer's own evaluation
+            for held_out in self.shared.take(config.sync.timeout_s if last else 0.0):
                 self._record_evaluation({} if last else record, held_out)
-        if last or (self.intake is None and self.step % config.trainer.eval_every == 0):
+            started = runtime.clock()
+            if self.shared.take_part(self.policy_version):
+                record["eval_s"] = runtime.add_time("eval_s", started)
+        if last or (self.shared is None and self.step % config.trainer.eval_every == 0):
             started = runtime.clock()
             self.final_accuracy = record["held_out_accuracy"] = self.held_out_accuracy()
             if self.first_turn_accuracy is not None:

@@ -178,16 +178,21 @@ class RejectCounts(Protocol):
 class HeldOutLog(Protocol):
     """Held-out evaluations generators make for the trainer (`llamarl.roles.held_out`)."""
 
-    def claim_evaluation(self, step: int, worker_id: str) -> bool:
-        """True for the first worker to claim `step`'s evaluation, False for every other."""
+    def open_evaluation(self, policy_version: int) -> None:
+        """Open the held-out evaluation of `policy_version` (the trainer, before announcing it)."""
+        ...
+
+    def claim_evaluation_chunk(self, policy_version: int, num_chunks: int) -> int | None:
+        """The next unclaimed one of the `num_chunks` chunks of `policy_version`'s evaluation
+        (each claimed exactly once, by whoever asks first); None when none is open or left."""
         ...
 
     def claimed_evaluations(self) -> int:
-        """How many evaluations have been claimed."""
+        """How many evaluation chunks have been claimed, every step's together."""
         ...
 
     def add_evaluation(self, entry: str) -> None:
-        """Append one evaluation (JSON text)."""
+        """Append one evaluated chunk (JSON text)."""
         ...
 
     def evaluations(self, start: int = 0) -> list[str]:

@@ -141,6 +141,17 @@ end
 return 1
 """
 
+CLAIM_EVALUATION_CHUNK = """
+-- KEYS: evaluation_claims, evaluation_chunks. ARGV: version, num_chunks
+-- The next unclaimed chunk of the version's held-out evaluation (0-based), counted in
+-- evaluation_chunks; -1 when no evaluation of the version is open or every chunk is claimed.
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return -1 end
+local taken = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+if taken > tonumber(ARGV[2]) then return -1 end
+redis.call('INCR', KEYS[2])
+return taken - 1
+"""
+
 COMPACT_TICKETS = """
 -- KEYS: tickets, attempts, ledger, ticket_floor. ARGV: limit
 -- Deletes the per-ticket entries of every ticket below the lowest one still open (or not yet

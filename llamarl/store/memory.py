@@ -64,7 +64,7 @@ class MemoryStore:
         self._workers: set[str] = set()
         self._worker_entries: dict[str, tuple[float, dict[str, str]]] = {}  # (expiry, fields)
         self._rejected: dict[str, int] = {}
-        self._evaluation_claims: dict[int, str] = {}
+        self._evaluation_claims: dict[int, int] = {}
         self._evaluations: list[str] = []
         self._run_status: str | None = None
 
@@ -318,16 +318,21 @@ class MemoryStore:
             return dict(self._rejected)
 
     # -- held-out evaluations ----------------------------------------------------------------
-    def claim_evaluation(self, step: int, worker_id: str) -> bool:
+    def open_evaluation(self, policy_version: int) -> None:
         with self._lock:
-            if step in self._evaluation_claims:
-                return False
-            self._evaluation_claims[step] = worker_id
-            return True
+            self._evaluation_claims.setdefault(policy_version, 0)
+
+    def claim_evaluation_chunk(self, policy_version: int, num_chunks: int) -> int | None:
+        with self._lock:
+            taken = self._evaluation_claims.get(policy_version)
+            if taken is None or taken >= num_chunks:
+                return None
+            self._evaluation_claims[policy_version] = taken + 1
+            return taken
 
     def claimed_evaluations(self) -> int:
         with self._lock:
-            return len(self._evaluation_claims)
+            return sum(self._evaluation_claims.values())
 
     def add_evaluation(self, entry: str) -> None:
         with self._lock:

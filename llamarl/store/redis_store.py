@@ -82,6 +82,7 @@ class RedisStore:
         self._end = self.client.register_script(lua.END_TICKETS)
         self._reopen = self.client.register_script(lua.REOPEN_TICKET)
         self._compact = self.client.register_script(lua.COMPACT_TICKETS)
+        self._claim_chunk = self.client.register_script(lua.CLAIM_EVALUATION_CHUNK)
 
     def key(self, name: str) -> str:
         return self.prefix + name
@@ -343,13 +344,23 @@ class RedisStore:
         return {k: int(v) for k, v in raw.items()}
 
     # -- held-out evaluations ---------------------------------------------------------------
-    def claim_evaluation(self, step: int, worker_id: str) -> bool:
-        return bool(self._call("claim evaluation", lambda: self.client.hsetnx(
-            self.key("evaluation_claims"), str(step), worker_id)))  # fmt: skip
+    def open_evaluation(self, policy_version: int) -> None:
+        key = self.key("evaluation_claims")
+        self._call("open evaluation", lambda: self.client.hsetnx(key, str(policy_version), 0))
+
+    def claim_evaluation_chunk(self, policy_version: int, num_chunks: int) -> int | None:
+        keys = [self.key("evaluation_claims"), self.key("evaluation_chunks")]
+        args = [policy_version, num_chunks]
+        chunk = int(
+            self._call("claim evaluation chunk", lambda: self._claim_chunk(keys=keys, args=args))
+        )
+        return None if chunk < 0 else chunk
 
     def claimed_evaluations(self) -> int:
-        return int(self._call("claimed evaluations",
-                              lambda: self.client.hlen(self.key("evaluation_claims"))))  # fmt: skip
+        raw = self._call(
+            "claimed evaluations", lambda: self.client.get(self.key("evaluation_chunks"))
+        )
+        return int(raw or 0)
 
     def add_evaluation(self, entry: str) -> None:
         self._call("add evaluation", lambda: self.client.rpush(self.key("evaluations"), entry))

@@ -16,6 +16,8 @@ from llamarl.observe.progress import Listener, Progress
 from llamarl.rewards.verifiers import Verifier
 from llamarl.tasks import Example
 
+BATCH_SIZE = 100
+"""Held-out prompts decoded at once."""
 SAMPLES = 3
 """Held-out prompts whose completions an evaluation shows (the first ones, the same each time)."""
 
@@ -36,7 +38,7 @@ def evaluate(
     verifier: Verifier,
     max_new_tokens: int,
     min_new_tokens: int = 0,
-    batch_size: int = 100,
+    batch_size: int = BATCH_SIZE,
     listener: Listener | None = None,
 ) -> Evaluation:
     correct = 0.0
@@ -66,7 +68,7 @@ def evaluate_episodes(
     examples: Sequence[Example],
     verifier: Verifier,
     max_turn_tokens: int,
-    batch_size: int = 100,
+    batch_size: int = BATCH_SIZE,
     listener: Listener | None = None,
 ) -> Evaluation:
     correct, first_right = 0.0, 0.0

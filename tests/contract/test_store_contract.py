@@ -443,17 +443,21 @@ def test_count_rejected(backend: Backend) -> None:
     assert store.rejected() == {"broker.oversized": 4, "trainer.bad_schema": 2}
 
 
-def test_one_worker_claims_each_evaluation_and_entries_read_back_in_order(
+def test_each_chunk_of_an_open_evaluation_is_claimed_once_and_entries_read_back_in_order(
     backend: Backend,
 ) -> None:
     store = backend.store
-    assert store.claim_evaluation(6, "generator-1")
-    assert not store.claim_evaluation(6, "generator-0"), "step 6 is generator-1's"
-    assert not store.claim_evaluation(6, "generator-1"), "a claim is made once"
-    assert store.claim_evaluation(12, "generator-0")
-    assert store.claimed_evaluations() == 2
+    assert store.claim_evaluation_chunk(6, 2) is None, "no evaluation of version 6 is open"
+    store.open_evaluation(6)
+    store.open_evaluation(12)
+    assert store.claim_evaluation_chunk(6, 2) == 0
+    store.open_evaluation(6)  # opening again changes nothing
+    assert store.claim_evaluation_chunk(6, 2) == 1
+    assert store.claim_evaluation_chunk(6, 2) is None, "every chunk is claimed"
+    assert store.claim_evaluation_chunk(12, 3) == 0
+    assert store.claimed_evaluations() == 3
     assert store.evaluations() == []
-    store.add_evaluation('{"step": 6}')
-    store.add_evaluation('{"step": 12}')
-    assert store.evaluations() == ['{"step": 6}', '{"step": 12}']
-    assert store.evaluations(1) == ['{"step": 12}'] and store.evaluations(2) == []
+    store.add_evaluation('{"chunk": 0}')
+    store.add_evaluation('{"chunk": 1}')
+    assert store.evaluations() == ['{"chunk": 0}', '{"chunk": 1}']
+    assert store.evaluations(1) == ['{"chunk": 1}'] and store.evaluations(2) == []

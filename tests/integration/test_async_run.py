@@ -58,17 +58,17 @@ def test_staleness_bound_and_balanced_ledger(
         for p in (tmp_path / f"k{max_staleness}" / "timers").glob("generator-*.json")
     ]
     assert len(syncs) == 2 and min(syncs) >= 2
-    # Between the first and the last step a generator evaluated (one of the two, once: the
-    # claim), its result in a later step's record; the trainer only after the last step.
+    # Step 6's evaluation was shared (its one chunk taken by whoever held version 6 first), its
+    # result in a later step's record; after the last step the trainer evaluated alone.
     run_dir = tmp_path / f"k{max_staleness}"
     records = metrics_records(run_dir)
-    by_generator = [r for r in records if "eval_step" in r]
-    assert len(by_generator) == 1 and 6 <= by_generator[0]["eval_step"] < steps, by_generator
-    assert 0.0 <= by_generator[0]["held_out_accuracy"] <= 1.0
-    assert [r["step"] for r in records if "eval_s" in r] == [steps]
+    shared = [r for r in records if "eval_step" in r]
+    assert [(r["eval_step"], r["eval_version"]) for r in shared] == [(6, 6)], shared
+    assert 6 < shared[0]["step"] < steps and 0.0 <= shared[0]["held_out_accuracy"] <= 1.0
+    assert [r["step"] for r in records if "eval_s" in r] in ([6, steps], [steps])
     logged = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     evaluators = [entry["evaluated_by"] for entry in logged if "evaluated_by" in entry]
-    assert len(evaluators) == 1 and evaluators[0].startswith("generator-")
+    assert evaluators in (["trainer"], ["generator-0"], ["generator-1"]), evaluators
 
 
 def test_sigint_leaves_no_child_behind(tmp_path: Path) -> None:

@@ -1,36 +1,105 @@
-"""Evaluations off the trainer's critical path: which version a generator evaluates, and what
-the trainer takes from the store (well-formed entries past its step; the rest refused)."""
+"""Evaluations shared in chunks: each chunk is evaluated once, by whoever claims it, only for a
+version the trainer opened; the trainer records an evaluation once every chunk is in, its
+accuracy the whole set's, and refuses malformed entries; at the last step it waits for every
+claimed chunk. Real roles' runtimes on the in-process store and bus."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
-from llamarl.roles.held_out import EvaluationIntake, HeldOut, due_step, parse
-from llamarl.store.memory import MemoryStore
-
-GOOD = HeldOut(step=6, policy_version=6, accuracy=0.5, first_turn_accuracy=None,
-               samples=[{"prompt": "1+1", "completion": "2"}], eval_s=0.3,
-               worker_id="generator-0")  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("version", "last_step", "due"),
-    [(6, 0, 6), (7, 0, 7), (5, 0, None), (7, 6, None), (12, 6, 12), (20, 6, None)],
+from llamarl.bus import MemoryHub
+from llamarl.config import parse_config
+from llamarl.observe.progress import Listener
+from llamarl.roles import build
+from llamarl.roles.held_out import (
+    CHUNK,
+    EvaluatedChunk,
+    GeneratorEvaluations,
+    HeldOutSet,
+    TrainerEvaluations,
+    parse,
 )
-def test_a_version_is_evaluated_when_it_crosses_an_eval_every_boundary_before_the_last_step(
-    version: int, last_step: int, due: int | None
+from llamarl.roles.runtime import RoleRuntime
+from llamarl.store.memory import MemoryStore
+from llamarl.tasks import Example
+from llamarl.training.evaluate import Evaluation
+
+GOOD = EvaluatedChunk(policy_version=6, chunk=0, num_chunks=2, num_prompts=100, accuracy=0.5,
+                      first_turn_accuracy=None, samples=[{"prompt": "1+1", "completion": "2"}],
+                      started=10.0, ended=10.5, worker_id="generator-0")  # fmt: skip
+
+
+def runtime(tmp_path: Path, store: MemoryStore, worker_id: str) -> RoleRuntime:
+    config = parse_config({"run_id": "held", "run_dir": str(tmp_path),
+                           "trainer": {"eval_every": 6, "num_steps": 20}})  # fmt: skip
+    hub = MemoryHub("held")
+    role = worker_id.split("-")[0]
+    rejections = build.rejections_of(role, config, store)
+    return RoleRuntime(role, config, worker_id, store, hub.client(worker_id), rejections,
+                       lambda: hub.client(worker_id))  # fmt: skip
+
+
+def held_out_set(num_prompts: int, seen: list[tuple[str, ...]]) -> HeldOutSet:
+    """A set whose prompt i is right when i is even; each evaluated batch noted in `seen`."""
+    examples = [Example(i, f"p{i}", str(i)) for i in range(num_prompts)]
+
+    def evaluate(batch: Sequence[Example], listener: Listener | None) -> Evaluation:
+        seen.append(tuple(e.prompt for e in batch))
+        right = sum(1 for e in batch if e.index % 2 == 0)
+        return Evaluation(right / len(batch), [{"prompt": batch[0].prompt}])
+
+    return HeldOutSet(examples, evaluate)
+
+
+def test_chunks_are_shared_once_each_and_combine_into_the_whole_sets_accuracy(
+    tmp_path: Path,
 ) -> None:
-    assert due_step(version, every_steps=1, eval_every=6, num_steps=20, last_step=last_step) == due
+    store, seen = MemoryStore(), []
+    held_out = held_out_set(2 * CHUNK + 50, seen)
+    trainer = TrainerEvaluations(runtime(tmp_path, store, "trainer"), held_out)
+    generator = GeneratorEvaluations(runtime(tmp_path, store, "generator-0"), held_out)
+    generator.after_version(3)  # no evaluation open for version 3: nothing to do
+    assert seen == []
+    trainer.open_if_due(step=5, version=5)
+    trainer.open_if_due(step=20, version=20)  # the last step's is the trainer's own, whole
+    generator.after_version(5)
+    assert seen == []
+    trainer.open_if_due(step=6, version=7)  # a resumed trainer: versions ahead of steps
+    assert store.claim_evaluation_chunk(7, held_out.num_chunks) == 0  # someone took chunk 0
+    assert trainer.take_part(7) == 2
+    generator.after_version(7)  # every chunk is claimed already
+    assert [(batch[0], len(batch)) for batch in seen] == [("p100", CHUNK), ("p200", 50)]
+    assert trainer.take() == [], "chunk 0 is not in yet"
+    store.add_evaluation(json.dumps(asdict(GOOD) | {"policy_version": 7, "num_chunks": 3,
+                                                    "accuracy": 1.0}))  # fmt: skip
+    (whole,) = trainer.take()
+    assert (whole.step, whole.policy_version) == (6, 7)
+    # all of the first 100, 50 of the next 100, 25 of the last 50: the whole set's share
+    assert whole.accuracy == pytest.approx(175 / 250)
+    assert trainer.take() == [], "each evaluation once"
 
 
-def test_versions_count_steps_by_sync_every_steps() -> None:
-    assert due_step(3, every_steps=2, eval_every=6, num_steps=20, last_step=0) == 6
-    assert due_step(2, every_steps=2, eval_every=6, num_steps=20, last_step=0) is None
+def test_a_generator_takes_chunks_of_an_open_evaluation_beside_the_trainer(
+    tmp_path: Path,
+) -> None:
+    store, seen = MemoryStore(), []
+    held_out = held_out_set(4 * CHUNK, seen)
+    trainer = TrainerEvaluations(runtime(tmp_path, store, "trainer"), held_out)
+    generator = GeneratorEvaluations(runtime(tmp_path, store, "generator-0"), held_out)
+    trainer.open_if_due(step=12, version=12)
+    assert store.claim_evaluation_chunk(12, 4) == 0
+    generator.after_version(12)  # takes the three left
+    assert trainer.take_part(12) == 0
+    batches = [batch[0] for batch in seen]
+    assert batches == ["p100", "p200", "p300"], "each chunk is one evaluation batch"
+    assert trainer.take() == [], "chunk 0 is not in yet"
 
 
 @pytest.mark.parametrize(
@@ -39,7 +108,8 @@ def test_versions_count_steps_by_sync_every_steps() -> None:
         ("not json", "not JSON"),
         ("[1]", "not an object"),
         (json.dumps(asdict(GOOD) | {"accuracy": 1.5}), "out of range"),
-        (json.dumps(asdict(GOOD) | {"step": "6"}), "step"),
+        (json.dumps(asdict(GOOD) | {"chunk": 2}), "out of range"),
+        (json.dumps(asdict(GOOD) | {"policy_version": "6"}), "policy_version"),
         (json.dumps(asdict(GOOD) | {"accuracy": True}), "accuracy"),
         (json.dumps(asdict(GOOD) | {"samples": ["x"]}), "samples"),
         (json.dumps(asdict(GOOD) | {"first_turn_accuracy": "high"}), "first_turn_accuracy"),
@@ -50,35 +120,35 @@ def test_a_malformed_entry_is_refused_naming_what_is_wrong(entry: str, wrong: st
         parse(entry)
 
 
-def test_the_trainer_takes_each_entry_once_skips_those_before_its_step_and_counts_the_rest() -> (
-    None
-):
+def test_the_trainer_counts_malformed_entries_and_skips_versions_it_did_not_open(
+    tmp_path: Path,
+) -> None:
     store = MemoryStore()
-    refused: list[tuple[str, str]] = []
-    intake = EvaluationIntake(store, lambda reason, detail: refused.append((reason, detail)),
-                              after_step=6)  # fmt: skip
-    store.add_evaluation(json.dumps(asdict(GOOD)))  # step 6: a resumed trainer has it already
-    store.add_evaluation(json.dumps(asdict(GOOD) | {"step": 12, "accuracy": 0.75}))
+    role = runtime(tmp_path, store, "trainer")
+    trainer = TrainerEvaluations(role, held_out_set(1, []))
+    trainer.open_if_due(step=12, version=12)
+    store.add_evaluation(json.dumps(asdict(GOOD)))  # version 6: before this process resumed
     store.add_evaluation("{broken")
-    taken = intake.take()
-    assert [(h.step, h.accuracy) for h in taken] == [(12, 0.75)]
-    assert [reason for reason, _ in refused] == ["malformed_evaluation"]
-    assert intake.take() == [], "each entry once"
-    store.add_evaluation(json.dumps(asdict(GOOD) | {"step": 18}))
-    assert [h.step for h in intake.take()] == [18]
+    store.add_evaluation(json.dumps(asdict(GOOD) | {"policy_version": 12, "num_chunks": 1}))
+    assert [(h.step, h.accuracy, h.workers) for h in trainer.take()] == [(12, 0.5, ["generator-0"])]
+    role.rejections.flush(force=True)
+    assert store.rejected() == {"trainer.malformed_evaluation": 1}
 
 
-def test_at_the_last_step_the_trainer_waits_for_every_claimed_evaluation() -> None:
+def test_at_the_last_step_the_trainer_waits_for_every_claimed_chunk(tmp_path: Path) -> None:
     store = MemoryStore()
-    intake = EvaluationIntake(store, lambda reason, detail: None, after_step=0)
-    assert store.claim_evaluation(6, "generator-0")
-    late = threading.Timer(0.2, store.add_evaluation, [json.dumps(asdict(GOOD))])
+    trainer = TrainerEvaluations(runtime(tmp_path, store, "trainer"), held_out_set(1, []))
+    trainer.open_if_due(step=6, version=6)
+    assert store.claim_evaluation_chunk(6, 1) == 0
+    entry = json.dumps(asdict(GOOD) | {"num_chunks": 1})
+    late = threading.Timer(0.2, store.add_evaluation, [entry])
     late.start()
     try:
-        assert [h.step for h in intake.take(wait_s=30.0)] == [6], "waited for the claimed one"
+        assert [h.step for h in trainer.take(wait_s=30.0)] == [6], "waited for the claimed one"
     finally:
         late.join()
-    assert store.claim_evaluation(12, "generator-1")
+    trainer.open_if_due(step=12, version=12)
+    assert store.claim_evaluation_chunk(12, 1) == 0
     started = time.monotonic()
-    assert intake.take(wait_s=0.2) == [], "a claim never fulfilled is given up on"
+    assert trainer.take(wait_s=0.2) == [], "a claim never fulfilled is given up on"
     assert time.monotonic() - started >= 0.2
