@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -38,6 +39,16 @@ def write_config(directory: Path, run_id: str, **overrides: Any) -> Path:
     path = directory / f"{run_id}.yaml"
     path.write_text(yaml.safe_dump(tree))
     return path
+
+
+FIRST_PORTS_TAKEN = Path(__file__).parent / "first_ports_taken"
+
+
+def first_ports_taken(notes: Path) -> dict[str, str]:
+    """The environment in which every process of a run finds the first block of ports it picks
+    taken (tests/integration/first_ports_taken/sitecustomize.py), each noted in `notes`."""
+    path = os.pathsep.join(filter(None, [str(FIRST_PORTS_TAKEN), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "LLAMARL_TEST_TAKEN_PORTS": str(notes)}
 
 
 def launch(config: Path, *options: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

@@ -14,6 +14,7 @@ from llamarl.launch import supervise
 from tests.integration.async_helpers import (
     check_finished_run,
     check_resumed_run,
+    first_ports_taken,
     launch,
     metrics_records,
     wait_for_steps,
@@ -99,7 +100,9 @@ def test_child_crash_ends_the_run_naming_the_role(tmp_path: Path) -> None:
 
 def test_stopped_run_resumes_with_nothing_lost(tmp_path: Path) -> None:
     """Ctrl-C a run, then `llamarl run --resume`: Redis comes back from its AOF, the trainer from
-    the checkpoint it wrote on the stop; the run completes as if never stopped."""
+    the checkpoint it wrote on the stop; the run completes as if never stopped. Every first
+    choice of ports in every process of both starts is taken by someone else
+    (tests/integration/first_ports_taken): each service binds another and says where."""
     steps = 150
     config = write_config(
         tmp_path, "resume",
@@ -107,7 +110,9 @@ def test_stopped_run_resumes_with_nothing_lost(tmp_path: Path) -> None:
         staleness={"max_staleness": 1, "lease_s": 2.0},
     )  # fmt: skip
     run_dir = tmp_path / "resume"
-    proc = launch(config)
+    taken = tmp_path / "taken.txt"
+    env = first_ports_taken(taken)
+    proc = launch(config, env=env)
     wait_for_steps(run_dir, 40, proc)
     tree = supervise.descendants(proc.pid)
     proc.send_signal(signal.SIGINT)
@@ -118,10 +123,14 @@ def test_stopped_run_resumes_with_nothing_lost(tmp_path: Path) -> None:
     stopped_at = len(metrics_records(run_dir))
     assert stopped_at < steps
 
-    proc = launch(config, "--resume")
+    proc = launch(config, "--resume", env=env)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     summary = check_resumed_run(out, run_dir, steps)
+    # Each start lost its first Redis port (the launcher's choice) and its first broker block
+    # (the broker's own), and went on.
+    sizes = sorted(int(line.split()[1]) for line in taken.read_text().splitlines())
+    assert sizes == [1, 1, 4, 4], taken.read_text()
     assert summary["ledger"]["reopened"] == 0, "the stop checkpoint loses no step"
     # The resumed trainer publishes a version number ahead of its model; the gate discounts it,
     # so generators do not run ahead and waste work (without the offset a third was dropped).

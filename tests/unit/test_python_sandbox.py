@@ -132,8 +132,9 @@ def test_an_endless_loop_is_killed_by_the_cpu_limit_of_the_whole_run(code: str) 
     limits = SandboxLimits(wall_s=30, cpu_s=LIMITS.cpu_s)  # CPU seconds, however busy the host
     result = run_sandboxed(code, limits)
     assert result.killed == "cpu", result
-    # the kernel's count for the run's cgroup; the upper margin is one poll and the kill
-    assert limits.cpu_s - 0.05 < result.cpu_s < limits.cpu_s + 0.5, result
+    # The kernel's count for the run's cgroup. The upper margin is a poll and the kill on a busy
+    # host; per process the CPU limit alone would let three processes use three times the budget.
+    assert limits.cpu_s - 0.05 < result.cpu_s < limits.cpu_s + 0.9, result
     assert reply(result, limits) == "error: cpu limit 1 s"
 
 

@@ -1,7 +1,7 @@
-"""Loaded through PYTHONPATH by tests/integration/test_port_collisions.py into every process of a
-run: the first block of ports `llamarl.net.free_port_block` returns in a process is taken (bound
-and listening) before its caller can bind it, as a parallel process could take it, and noted as
-`pid size base` in the file `LLAMARL_TEST_TAKEN_PORTS` names."""
+"""Loaded through PYTHONPATH (`tests.integration.async_helpers.first_ports_taken`) into every
+process of a run: the first block of ports `llamarl.net.free_port_block` returns in a process is
+taken (bound and listening) before its caller can bind it, as a parallel process could take it,
+and noted as `pid size base` in the file `LLAMARL_TEST_TAKEN_PORTS` names."""
 
 from __future__ import annotations
 
