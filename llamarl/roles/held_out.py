@@ -96,8 +96,12 @@ class HeldOut:
         record["eval_wall_s"] = self.wall_s
         if self.first_turn_accuracy is not None:
             record["held_out_first_turn_accuracy"] = self.first_turn_accuracy
-        return {"step": self.step, "accuracy": self.accuracy, "samples": self.samples,
-                "evaluated_by": ",".join(self.workers)}  # fmt: skip
+        return {
+            "step": self.step,
+            "accuracy": self.accuracy,
+            "samples": self.samples,
+            "evaluated_by": ",".join(self.workers),
+        }
 
 
 def combine(step: int, chunks: list[EvaluatedChunk]) -> HeldOut:
@@ -111,9 +115,15 @@ def combine(step: int, chunks: list[EvaluatedChunk]) -> HeldOut:
     firsts = [c.first_turn_accuracy for c in chunks]
     first = None if None in firsts else mean([float(f or 0.0) for f in firsts])
     wall_s = max(c.ended for c in chunks) - min(c.started for c in chunks)
-    return HeldOut(step, chunks[0].policy_version, mean([c.accuracy for c in chunks]), first,
-                   chunks[0].samples, round(wall_s, 4),
-                   sorted({c.worker_id for c in chunks}))  # fmt: skip
+    return HeldOut(
+        step,
+        chunks[0].policy_version,
+        mean([c.accuracy for c in chunks]),
+        first,
+        chunks[0].samples,
+        round(wall_s, 4),
+        sorted({c.worker_id for c in chunks}),
+    )
 
 
 def parse(text: str) -> EvaluatedChunk:
@@ -124,9 +134,17 @@ def parse(text: str) -> EvaluatedChunk:
         raise ValueError(f"not JSON ({err})") from None
     if not isinstance(tree, dict):
         raise ValueError("not an object")
-    fields = {"policy_version": int, "chunk": int, "num_chunks": int,
-              "num_prompts": int, "accuracy": float, "started": float, "ended": float,
-              "samples": list, "worker_id": str}  # fmt: skip
+    fields = {
+        "policy_version": int,
+        "chunk": int,
+        "num_chunks": int,
+        "num_prompts": int,
+        "accuracy": float,
+        "started": float,
+        "ended": float,
+        "samples": list,
+        "worker_id": str,
+    }
     for name, kind in fields.items():
         value = tree.get(name)
         if isinstance(value, bool) or not isinstance(
@@ -143,8 +161,10 @@ def parse(text: str) -> EvaluatedChunk:
     samples = tree["samples"]
     if len(samples) > MAX_SAMPLES or not all(isinstance(s, dict) for s in samples):
         raise ValueError(f"samples: at most {MAX_SAMPLES} objects")
-    return EvaluatedChunk(**{name: tree[name] for name in fields},
-                          first_turn_accuracy=None if first is None else float(first))  # fmt: skip
+    return EvaluatedChunk(
+        **{name: tree[name] for name in fields},
+        first_turn_accuracy=None if first is None else float(first),
+    )
 
 
 def take_part(runtime: RoleRuntime, held_out: HeldOutSet, version: int) -> int:
@@ -157,11 +177,17 @@ def take_part(runtime: RoleRuntime, held_out: HeldOutSet, version: int) -> int:
         with runtime.keep_alive("evaluating") as phase:
             result = held_out.chunk(index, phase.report)
         chunk = EvaluatedChunk(
-            version, index, held_out.num_chunks,
-            min(CHUNK, len(held_out.examples) - index * CHUNK), result.accuracy,
-            result.first_turn_accuracy, result.samples[:MAX_SAMPLES] if index == 0 else [],
-            started, time.time(), runtime.worker_id,
-        )  # fmt: skip
+            version,
+            index,
+            held_out.num_chunks,
+            min(CHUNK, len(held_out.examples) - index * CHUNK),
+            result.accuracy,
+            result.first_turn_accuracy,
+            result.samples[:MAX_SAMPLES] if index == 0 else [],
+            started,
+            time.time(),
+            runtime.worker_id,
+        )
         store.add_evaluation(json.dumps(asdict(chunk)))
         done += 1
     return done
@@ -171,8 +197,11 @@ def shares_evaluations(config: RunConfig) -> bool:
     """Whether an async run's trainer shares its evaluations: `evaluate_on: shared`, a trainer
     whose weights are whole on rank 0 (not FSDP), and evaluation steps that fall on versions."""
     trainer = config.trainer
-    return (trainer.evaluate_on == "shared" and trainer.sharding != "fsdp"
-            and trainer.eval_every % config.sync.every_steps == 0)  # fmt: skip
+    return (
+        trainer.evaluate_on == "shared"
+        and trainer.sharding != "fsdp"
+        and trainer.eval_every % config.sync.every_steps == 0
+    )
 
 
 class GeneratorEvaluations:
@@ -225,8 +254,9 @@ class TrainerEvaluations:
         store = self.runtime.store
         deadline = time.monotonic() + wait_s
         entries = store.evaluations(self.seen)
-        while (self.seen + len(entries) < store.claimed_evaluations()
-               and time.monotonic() < deadline):  # fmt: skip
+        while (
+            self.seen + len(entries) < store.claimed_evaluations() and time.monotonic() < deadline
+        ):
             time.sleep(WAIT_POLL_S)
             entries = store.evaluations(self.seen)
         self.seen += len(entries)

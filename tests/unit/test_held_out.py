@@ -31,19 +31,36 @@ from llamarl.store.memory import MemoryStore
 from llamarl.tasks import Example
 from llamarl.training.evaluate import Evaluation
 
-GOOD = EvaluatedChunk(policy_version=6, chunk=0, num_chunks=2, num_prompts=100, accuracy=0.5,
-                      first_turn_accuracy=None, samples=[{"prompt": "1+1", "completion": "2"}],
-                      started=10.0, ended=10.5, worker_id="generator-0")  # fmt: skip
+GOOD = EvaluatedChunk(
+    policy_version=6,
+    chunk=0,
+    num_chunks=2,
+    num_prompts=100,
+    accuracy=0.5,
+    first_turn_accuracy=None,
+    samples=[{"prompt": "1+1", "completion": "2"}],
+    started=10.0,
+    ended=10.5,
+    worker_id="generator-0",
+)
 
 
 def runtime(tmp_path: Path, store: MemoryStore, worker_id: str) -> RoleRuntime:
-    config = parse_config({"run_id": "held", "run_dir": str(tmp_path),
-                           "trainer": {"eval_every": 6, "num_steps": 20}})  # fmt: skip
+    config = parse_config(
+        {"run_id": "held", "run_dir": str(tmp_path), "trainer": {"eval_every": 6, "num_steps": 20}}
+    )
     hub = MemoryHub("held")
     role = worker_id.split("-")[0]
     rejections = build.rejections_of(role, config, store)
-    return RoleRuntime(role, config, worker_id, store, hub.client(worker_id), rejections,
-                       lambda: hub.client(worker_id))  # fmt: skip
+    return RoleRuntime(
+        role,
+        config,
+        worker_id,
+        store,
+        hub.client(worker_id),
+        rejections,
+        lambda: hub.client(worker_id),
+    )
 
 
 def held_out_set(num_prompts: int, seen: list[tuple[str, ...]]) -> HeldOutSet:
@@ -77,8 +94,9 @@ def test_chunks_are_shared_once_each_and_combine_into_the_whole_sets_accuracy(
     generator.after_version(7)  # every chunk is claimed already
     assert [(batch[0], len(batch)) for batch in seen] == [("p100", CHUNK), ("p200", 50)]
     assert trainer.take() == [], "chunk 0 is not in yet"
-    store.add_evaluation(json.dumps(asdict(GOOD) | {"policy_version": 7, "num_chunks": 3,
-                                                    "accuracy": 1.0}))  # fmt: skip
+    store.add_evaluation(
+        json.dumps(asdict(GOOD) | {"policy_version": 7, "num_chunks": 3, "accuracy": 1.0})
+    )
     (whole,) = trainer.take()
     assert (whole.step, whole.policy_version) == (6, 7)
     # all of the first 100, 50 of the next 100, 25 of the last 50: the whole set's share
