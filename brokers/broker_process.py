@@ -56,7 +56,9 @@ def start_broker(
     with open(log_path, "ab") as log_file:
         process = supervise.start(args, env=env, stdout=log_file, stderr=subprocess.STDOUT)
     try:
-        endpoints = _wait_until_serving(process, log_path, offset, port, host, curve, timeout_s)
+        endpoints = _wait_until_serving(
+            process, log_path, offset, port, port_file, host, curve, timeout_s
+        )
     except BaseException:
         supervise.stop(process)
         raise
@@ -68,11 +70,11 @@ def _wait_until_serving(
     log_path: Path,
     offset: int,
     port: int | None,
+    port_file: Path,
     host: str,
     curve: Curve | None,
     timeout_s: float,
 ) -> BrokerEndpoints:
-    port_file = log_path.with_suffix(".port")
     deadline = time.monotonic() + timeout_s
     while True:
         if process.poll() is not None:

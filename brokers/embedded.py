@@ -47,11 +47,11 @@ class EmbeddedServices:
     def env(self) -> dict[str, str]:
         """Environment that points a worker process at these services."""
         assert self.endpoints is not None, "services not started"
-        env = {
-            "LLAMARL_REDIS_URL": self.redis_url,
-            "LLAMARL_BROKER": str(self.endpoints),
-            "LLAMARL_RUN_ID": self.run_id,
-        }
+        return self._run_env() | {"LLAMARL_BROKER": str(self.endpoints)}
+
+    def _run_env(self) -> dict[str, str]:
+        """The run's Redis, id and CURVE keys: what the broker and every worker share."""
+        env = {"LLAMARL_REDIS_URL": self.redis_url, "LLAMARL_RUN_ID": self.run_id}
         if self.curve_keys:
             env["LLAMARL__BROKER__CURVE_KEYS"] = self.curve_keys
         return env
@@ -86,11 +86,8 @@ class EmbeddedServices:
         """The broker where it was (a restart), else on `broker_port` or ports it binds itself."""
         assert self.redis is not None, "Redis first: the broker counts rejections there"
         port = self.endpoints.port if self.endpoints is not None else self.broker_port
-        env = {**os.environ, "LLAMARL_REDIS_URL": self.redis_url, "LLAMARL_RUN_ID": self.run_id}
-        if self.curve_keys:
-            env["LLAMARL__BROKER__CURVE_KEYS"] = self.curve_keys
         started = start_broker(
-            env,
+            {**os.environ, **self._run_env()},
             self.directory / "broker.log",
             port=port,
             curve=load_curve(self.curve_keys),
