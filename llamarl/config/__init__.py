@@ -29,9 +29,7 @@ from llamarl.config.sections import (
     ModelConfig,
     RedisConfig,
     StalenessConfig,
-    TaskConfig,
     WorkersConfig,
-    template_fields,
 )
 from llamarl.config.sync import (
     AutoSync,
@@ -43,11 +41,12 @@ from llamarl.config.sync import (
     SyncConfig,
     transport_name,
 )
+from llamarl.config.task import JudgeConfig, TaskConfig, template_fields
 
 __all__ = [
     "AlgorithmConfig", "AutoSync", "BrokerConfig", "ConcreteSync", "EnvironmentConfig",
     "FieldConflict",
-    "GenerationConfig", "GlooSync", "LocalSync", "LoggingConfig", "LoraConfig", "ModelConfig", "NcclSync",
+    "GenerationConfig", "GlooSync", "JudgeConfig", "LocalSync", "LoggingConfig", "LoraConfig", "ModelConfig", "NcclSync",
     "RedisConfig", "RunConfig", "SamplingConfig", "ShmSync", "StalenessConfig", "SyncConfig",
     "TaskConfig", "TrainerConfig", "WorkersConfig", "apply_overrides", "dump_config", "env_overrides",
     "load_config", "parse_config", "template_fields", "transport_name", "unwritable_run_dir",

@@ -135,8 +135,10 @@ class TrainerConfig(_Section):
     by the trainer and every generator holding the evaluated version at once
     (`llamarl.roles.held_out`; an FSDP trainer evaluates alone), or the trainer alone, between
     two steps. Before RL, after the last step and in sync runs the trainer evaluates."""
-    sft_steps: int = Field(300, ge=0, le=10_000_000)
-    """Supervised warm-start steps before RL (0 to skip)."""
+    sft_steps: int = Field(0, ge=0, le=10_000_000)
+    """Supervised warm-start steps before RL on the task's reference answers (0: none). Unset,
+    it is 0 for a model of your own (`model.path`) and 300 for the built character model, which
+    starts knowing nothing (`BUILT_MODEL_SFT_STEPS`)."""
     sft_lr: float = Field(1e-3, gt=0, le=1)
     """Supervised warm-start learning rate."""
     sft_batch_size: int = Field(64, ge=1, le=100_000)

@@ -23,11 +23,14 @@ from llamarl.config.sections import (
     ModelConfig,
     RedisConfig,
     StalenessConfig,
-    TaskConfig,
     WorkersConfig,
 )
 from llamarl.config.sync import AutoSync, SyncConfig
+from llamarl.config.task import TaskConfig
 from llamarl.errors import ConfigError
+
+BUILT_MODEL_SFT_STEPS = 300
+"""The built character model's warm start when `trainer.sft_steps` is unset."""
 
 
 class RunConfig(_Section):
@@ -54,6 +57,20 @@ class RunConfig(_Section):
     logging: LoggingConfig = LoggingConfig()
     environment: EnvironmentConfig = EnvironmentConfig()
     """Multi-turn episodes with an environment and tools (null kind: single-turn)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _warm_start_default(cls, tree: Any) -> Any:
+        """Only the built character model, which starts knowing nothing, is warm-started unless
+        the config says otherwise; a model of the user's own never is."""
+        if not isinstance(tree, dict):
+            return tree
+        model, trainer = tree.get("model") or {}, tree.get("trainer") or {}
+        if not isinstance(model, dict) or not isinstance(trainer, dict):
+            return tree
+        if model.get("path") is None and "sft_steps" not in trainer:
+            return tree | {"trainer": trainer | {"sft_steps": BUILT_MODEL_SFT_STEPS}}
+        return tree
 
     @model_validator(mode="after")
     def _sections_agree(self) -> RunConfig:

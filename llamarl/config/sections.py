@@ -1,11 +1,9 @@
-"""The run config's sections other than `sync`, `algorithm` and `trainer`: Redis, broker,
-model, task, generation, staleness, workers, logging. Each forbids unknown keys and bounds its
+"""The run config's sections other than `sync`, `algorithm`, `trainer` and `task`: Redis, broker,
+model, generation, staleness, workers, logging. Each forbids unknown keys and bounds its
 numbers."""
 
 from __future__ import annotations
 
-import re
-import string
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -120,109 +118,6 @@ class ModelConfig(_Section):
             raise FieldConflict(
                 ("hidden_size", "num_heads"),
                 f"head width {self.hidden_size // self.num_heads} is odd; RoPE needs an even one",
-            )
-        return self
-
-
-def template_fields(template: str) -> set[str]:
-    """The field names a format string uses; ValueError on a malformed one or on a positional
-    field (`{}`, `{0}`)."""
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as err:
-        raise ValueError(f"prompt_template is not a format string: {err}") from None
-    names = set()
-    for _, name, _, _ in parsed:
-        if name is None:
-            continue
-        base = re.split(r"[.\[]", name, maxsplit=1)[0]
-        if not base.isidentifier():
-            raise ValueError(f"prompt_template: {{{name}}} is not a field name; use {{a}}, {{b}} "
-                             "or a prompt file's field names")  # fmt: skip
-        names.add(base)
-    return names
-
-
-class TaskConfig(_Section):
-    kind: Literal["arithmetic", "jsonl", "parquet"] = "arithmetic"
-    """Built-in arithmetic task, or a prompt file."""
-    num_digits: int = Field(2, ge=1, le=9)
-    """Digits per operand of the arithmetic task."""
-    operation: Literal["+", "*"] = "+"
-    """The arithmetic task's operation: addition, or multiplication (`1234*5678=`)."""
-    num_eval: int = Field(200, ge=1, le=100_000)
-    """Held-out prompts used for accuracy."""
-    path: str | None = None
-    """Prompt file for jsonl/parquet tasks."""
-    prompt_field: str = "prompt"
-    """Field holding the prompt text in the prompt file."""
-    answer_field: str = "answer"
-    """Field holding the reference answer in the prompt file."""
-    show_work: bool = False
-    """Arithmetic only: the answer is written out column by column with carries before the
-    sum (a fixed number of tokens per answer); score it with verifier final_int."""
-    verifier: Literal["exact_int", "final_int", "gsm8k", "math", "format"] = "exact_int"
-    """Reward function applied to each completion (and the held-out accuracy's judge)."""
-    reward: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-    """Your own training reward, `module:function` (importable where the reward workers run):
-    function(completion, answer) -> float replaces `verifier` for training; held-out accuracy
-    stays the verifier's."""
-    reward_model: str | None = None
-    """A local Hugging Face reward model (sequence classification, one label) the reward workers
-    run on each (prompt, completion): its score times reward_model_weight is added to the
-    training reward."""
-    reward_model_weight: float = Field(1.0, gt=0, le=1e6)
-    """Scale of the reward model's score in the training reward."""
-    reward_model_only: bool = False
-    """Train on the reward model's score alone (no verifier or task.reward term)."""
-    prompt_template: str | None = Field(None, min_length=1, max_length=10_000)
-    """Wrap each prompt in words of your own: a Python format string. Arithmetic offers {a} and
-    {b} (the operands as the prompt writes them: "What is {a}+{b}? Answer with the number
-    only."); prompt files offer every field of a row ("{question}"). None: the prompt as it is
-    (`a+b=`, or the file's prompt_field)."""
-
-    @model_validator(mode="after")
-    def _fields_agree(self) -> TaskConfig:
-        if self.reward_model_only and self.reward_model is None:
-            raise FieldConflict(
-                ("reward_model_only", "reward_model"), "reward_model_only needs a reward_model"
-            )
-        if self.prompt_template is not None:
-            names = template_fields(self.prompt_template)
-            unknown = names - {"a", "b"}
-            if self.kind == "arithmetic" and unknown:
-                raise FieldConflict(
-                    ("prompt_template", "kind"),
-                    "arithmetic prompts offer {a} and {b}, not "
-                    + ", ".join("{" + name + "}" for name in sorted(unknown)),
-                )
-        if self.kind != "arithmetic" and self.path is None:
-            raise FieldConflict(
-                ("kind", "path"), f"kind {self.kind} reads prompts from path; set it"
-            )
-        if self.kind == "arithmetic" and self.path is not None:
-            raise FieldConflict(
-                ("kind", "path"), "kind arithmetic ignores path; set kind jsonl or parquet"
-            )
-        if self.show_work and self.kind != "arithmetic":
-            raise FieldConflict(
-                ("show_work", "kind"), f"show_work applies to kind arithmetic only, not {self.kind}"
-            )
-        if self.show_work and self.operation != "+":
-            raise FieldConflict(
-                ("show_work", "operation"), "worked answers are written for addition only"
-            )
-        if self.show_work and self.verifier == "exact_int":
-            raise FieldConflict(
-                ("show_work", "verifier"),
-                "verifier exact_int scores 0 on worked answers; use final_int",
-            )
-        num_pairs = (10**self.num_digits) ** 2
-        if self.kind == "arithmetic" and self.num_eval * 4 > num_pairs:
-            raise FieldConflict(
-                ("num_eval", "num_digits"),
-                f"{self.num_eval} held out of {num_pairs} pairs leaves too few to train on "
-                f"(at most {num_pairs // 4})",
             )
         return self
 

@@ -3,8 +3,8 @@ cursor, so any worker derives the same prompt from it) and a disjoint held-out l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,9 @@ class Example:
     """What supervised warm-start teaches the model to write; None means `answer` itself."""
     expression: str | None = None
     """The arithmetic behind the question (`1234*5678`), for a calculator's demonstrations."""
+    row: dict[str, Any] = field(default_factory=dict, compare=False)
+    """The data row the example came from, every field (a reward function may read them); the
+    arithmetic task's: {"a", "b", "answer"}."""
 
     @property
     def target(self) -> str:
