@@ -120,6 +120,25 @@ class RunConfig(_Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _chat_rows_agree(self) -> RunConfig:
+        """Chat rows are prompts only a tokenizer's chat template can write."""
+        if self.task.messages_field is None:
+            return self
+        if self.model.path is None:
+            raise FieldConflict(
+                ("task.messages_field", "model.path"),
+                "chat rows need a chat template and the built model's character tokenizer has "
+                "none; set model.path to an instruct model",
+            )
+        if not self.model.chat_template:
+            raise FieldConflict(
+                ("task.messages_field", "model.chat_template"),
+                "chat rows are rendered through the tokenizer's chat template; set "
+                "model.chat_template: true",
+            )
+        return self
+
     def _episodes_agree(self) -> None:
         """What single-turn completions have and episodes do not: a position-wise EOS ban and
         one completion length to shape rewards by."""

@@ -78,7 +78,9 @@ class LoraConfig(_Section):
 
 class ModelConfig(_Section):
     path: str | None = None
-    """Local Hugging Face causal-LM directory; null builds a tiny Llama from the fields below."""
+    """Local Hugging Face causal-LM directory, or a hub id (`HuggingFaceTB/SmolLM2-135M-Instruct`)
+    already in the local Hugging Face cache (HF_HUB_CACHE; nothing is downloaded); null builds a
+    tiny Llama from the fields below."""
     chat_template: bool = False
     """Wrap every prompt in the tokenizer's chat template (instruct models); an error when the
     tokenizer has none."""

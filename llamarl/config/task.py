@@ -32,21 +32,64 @@ def template_fields(template: str) -> set[str]:
     return names
 
 
+DATA_FIELDS = (
+    "format",
+    "eval_split",
+    "eval_path",
+    "eval_fraction",
+    "messages_field",
+    "system_prompt",
+)
+"""Fields of data files that kind arithmetic refuses when set."""
+
+
 class TaskConfig(_Section):
-    kind: Literal["arithmetic", "jsonl", "parquet"] = "arithmetic"
-    """Built-in arithmetic task, or a prompt file."""
+    kind: Literal["arithmetic", "file", "jsonl", "parquet"] = "arithmetic"
+    """Built-in arithmetic task, or your own data at `path`: `file` reads JSON lines, JSON,
+    Parquet and CSV files (by extension, or `format`) and `Dataset.save_to_disk` /
+    `DatasetDict.save_to_disk` directories; `jsonl` and `parquet` are `file` with that format."""
     num_digits: int = Field(2, ge=1, le=9)
     """Digits per operand of the arithmetic task."""
     operation: Literal["+", "*"] = "+"
     """The arithmetic task's operation: addition, or multiplication (`1234*5678=`)."""
     num_eval: int = Field(200, ge=1, le=100_000)
-    """Held-out prompts used for accuracy."""
+    """Held-out prompts used for accuracy. A data file without eval_split, eval_path or
+    eval_fraction holds this many of its rows out of training (the first ones, after
+    shuffling); otherwise at most this many of the held-out rows are evaluated."""
     path: str | None = None
-    """Prompt file for jsonl/parquet tasks."""
+    """Your data (kind file, jsonl or parquet): a local file or a save_to_disk directory, read
+    with Hugging Face `datasets` (memory-mapped Arrow, row by row; nothing is downloaded)."""
+    format: Literal["json", "parquet", "csv"] | None = None
+    """kind file: the format of path and eval_path when their extension does not say it
+    (.jsonl/.json, .parquet, .csv); a directory is always a save_to_disk dataset."""
+    split: str = "train"
+    """The split of a DatasetDict directory at path to train on."""
+    eval_split: str | None = None
+    """Held-out rows from this split of a DatasetDict directory (the one at eval_path, if set,
+    else at path), never trained on."""
+    eval_path: str | None = None
+    """Held-out rows from this file or save_to_disk directory (same fields as path), never
+    trained on."""
+    eval_fraction: float | None = Field(None, gt=0, lt=1)
+    """Hold this fraction of path's rows out of training (seeded, after shuffling) in place of
+    num_eval rows; num_eval of them are evaluated."""
+    shuffle: bool = True
+    """Train on path's rows in an order shuffled by the run's seed (the same in every process;
+    another seed, another order), and hold out a seeded sample; false: file order, the first
+    rows held out."""
     prompt_field: str = "prompt"
     """Field holding the prompt text in the prompt file."""
     answer_field: str = "answer"
-    """Field holding the reference answer in the prompt file."""
+    """Field holding the reference answer in the prompt file. A chat file without this field
+    uses each row's final assistant message as the reference."""
+    messages_field: str | None = None
+    """Chat rows: the field holding each row's conversation, a list of {role, content}
+    strings, in place of prompt_field. It is rendered through the tokenizer's chat template
+    with the assistant's cue (needs model.chat_template: true); a final assistant message is
+    not part of the prompt: it is the reference when the file has no answer_field, and what
+    the supervised warm start teaches."""
+    system_prompt: str | None = Field(None, min_length=1, max_length=100_000)
+    """Chat rows: a system message put before each conversation that has none of its own."""
     show_work: bool = False
     """Arithmetic only: the answer is written out column by column with carries before the
     sum (a fixed number of tokens per answer); score it with verifier final_int."""
@@ -103,9 +146,7 @@ class TaskConfig(_Section):
                 ("kind", "path"), f"kind {self.kind} reads prompts from path; set it"
             )
         if self.kind == "arithmetic" and self.path is not None:
-            raise FieldConflict(
-                ("kind", "path"), "kind arithmetic ignores path; set kind jsonl or parquet"
-            )
+            raise FieldConflict(("kind", "path"), "kind arithmetic ignores path; set kind file")
         if self.show_work and self.kind != "arithmetic":
             raise FieldConflict(
                 ("show_work", "kind"), f"show_work applies to kind arithmetic only, not {self.kind}"
@@ -125,6 +166,40 @@ class TaskConfig(_Section):
                 ("num_eval", "num_digits"),
                 f"{self.num_eval} held out of {num_pairs} pairs leaves too few to train on "
                 f"(at most {num_pairs // 4})",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _data_fields_agree(self) -> TaskConfig:
+        if self.kind == "arithmetic":
+            for name in DATA_FIELDS:
+                if getattr(self, name) is not None:
+                    raise FieldConflict(
+                        (name, "kind"), f"{name} applies to data files, not kind arithmetic"
+                    )
+        if self.format is not None and self.kind != "file":
+            raise FieldConflict(
+                ("format", "kind"),
+                f"kind {self.kind} is a format itself; set kind file to name one",
+            )
+        if self.eval_fraction is not None and (self.eval_path or self.eval_split):
+            held = "eval_path" if self.eval_path else "eval_split"
+            raise FieldConflict(
+                ("eval_fraction", held), f"the held-out rows come from {held}; set one of the two"
+            )
+        if self.eval_split is not None and self.eval_path is None and self.eval_split == self.split:
+            raise FieldConflict(
+                ("eval_split", "split"), f"{self.split} is the training split; hold out another"
+            )
+        if self.system_prompt is not None and self.messages_field is None:
+            raise FieldConflict(
+                ("system_prompt", "messages_field"),
+                "system_prompt is put before chat rows; set messages_field",
+            )
+        if self.messages_field is not None and self.prompt_template is not None:
+            raise FieldConflict(
+                ("prompt_template", "messages_field"),
+                "a chat row's prompt is its messages; prompt_template words plain prompts only",
             )
         return self
 

@@ -1,16 +1,22 @@
 """Build a tiny Llama from config (seeded) or load any local Hugging Face causal-LM directory.
 
-Loading is `from_pretrained` on a local path only; hub downloads are switched off, so a missing
-directory is an error, never a network fetch.
+Loading is `from_pretrained` on a local path only: `model.path` is a directory, or a hub id
+(`org/name`) whose snapshot is already in the local Hugging Face cache (`HF_HUB_CACHE`). Hub
+downloads are switched off, so a missing model is an error, never a network fetch.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from huggingface_hub import constants as hub_constants
+from huggingface_hub import snapshot_download
+from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+from huggingface_hub.utils import validate_repo_id
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -25,6 +31,7 @@ from transformers.utils import logging as hf_logging
 from llamarl.config import ModelConfig
 from llamarl.engine.tokenizer import CHARACTERS, build_char_tokenizer
 from llamarl.errors import ConfigError
+from llamarl.tasks.base import Example
 
 
 @dataclass
@@ -39,10 +46,21 @@ class Policy:
     def encode_prompt(self, text: str) -> list[int]:
         if not self.chat:
             return list(self.tokenizer(text).input_ids)
+        return self.encode_messages([{"role": "user", "content": text}])
+
+    def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        """A conversation rendered by the chat template, ending with the assistant's cue."""
         rendered = self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+            [dict(m) for m in messages], add_generation_prompt=True, tokenize=False
         )
         return list(self.tokenizer(str(rendered), add_special_tokens=False).input_ids)
+
+    def encode_example(self, example: Example) -> list[int]:
+        """An example's prompt as the model sees it: a chat row's whole conversation through
+        the chat template (the config makes sure there is one), else its prompt text."""
+        if example.messages:
+            return self.encode_messages(example.messages)
+        return self.encode_prompt(example.prompt)
 
     @property
     def eos_id(self) -> int:
@@ -120,18 +138,56 @@ def save_architecture(policy: Policy, directory: str | Path) -> None:
     policy.tokenizer.save_pretrained(directory)
 
 
-def check_model_path(config: ModelConfig) -> None:
-    """ConfigError naming `model.path` unless it is a local model directory (a config.json)."""
-    if config.path and not (Path(config.path) / "config.json").is_file():
+def model_directory(path: str) -> Path:
+    """`model.path` as a local directory: the directory itself, or a hub id's snapshot in the
+    local Hugging Face cache (never downloaded). ConfigError naming model.path when neither."""
+    local = Path(path)
+    if (local / "config.json").is_file():
+        return local
+    if not local.exists() and _is_hub_id(path):
+        cached = _cached_snapshot(path)
+        if cached is not None and (cached / "config.json").is_file():
+            return cached
         raise ConfigError(
-            f"model.path {config.path}: not a local model directory (no config.json); import one "
-            "with `llamarl model import` or set model.path: null to build a model"
+            f"model.path {path}: not a local model directory, nor a model in the local Hugging "
+            f"Face cache ({hub_constants.HF_HUB_CACHE}); fetch it there with `hf download "
+            f"{path}`, import one with `llamarl model import`, or set model.path: null to build "
+            "a model"
         )
+    raise ConfigError(
+        f"model.path {path}: not a local model directory (no config.json); import one "
+        "with `llamarl model import` or set model.path: null to build a model"
+    )
+
+
+def _is_hub_id(path: str) -> bool:
+    try:
+        validate_repo_id(path)
+    except HFValidationError:
+        return False
+    return True
+
+
+def _cached_snapshot(repo_id: str) -> Path | None:
+    """The snapshot of `repo_id`'s main revision in the local hub cache, or None."""
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except LocalEntryNotFoundError:
+        return None
+
+
+def check_model_path(config: ModelConfig) -> None:
+    """ConfigError naming `model.path` unless it is a local model directory or a hub id in the
+    local cache."""
+    if config.path:
+        model_directory(config.path)
 
 
 def make_policy(config: ModelConfig, seed: int) -> Policy:
-    check_model_path(config)
-    policy = load_policy(config.path) if config.path else build_policy(config, seed)
+    if config.path:
+        policy = load_policy(model_directory(config.path))
+    else:
+        policy = build_policy(config, seed)
     if config.chat_template:
         if not policy.tokenizer.chat_template:
             raise ConfigError(f"model.chat_template: the tokenizer of {config.path} has none")

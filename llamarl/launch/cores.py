@@ -85,7 +85,7 @@ def encoded_prompts(config: RunConfig, policy: Any, count: int) -> list[list[int
     from llamarl.tasks import make_prompt_set
 
     prompt_set = make_prompt_set(config.task, config.seed)
-    return [policy.encode_prompt(prompt_set.train_item(i).prompt) for i in range(count)]
+    return [policy.encode_example(prompt_set.train_item(i)) for i in range(count)]
 
 
 def work_probes(config: RunConfig) -> tuple[Callable[[], Any], Callable[[], Any]]:

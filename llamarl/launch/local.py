@@ -44,6 +44,7 @@ from llamarl.rewards.custom import load_reward
 from llamarl.rewards.reward_model import check_reward_model_path
 from llamarl.roles.trainer_durability import SAMPLES_LOG
 from llamarl.store import RedisStore, Store, without_password
+from llamarl.tasks import make_prompt_set
 from llamarl.training.export import FINAL_MODEL
 from llamarl.training.memory_check import check_memory
 from llamarl.weightsync import check_crosses_processes
@@ -204,6 +205,7 @@ def preflight(config: RunConfig, mode: str, launcher: str = "local") -> None:
     hold (`launcher` local; Ray places the roles on its own nodes)."""
     check_devices(config, mode, launcher)
     check_model_path(config.model)
+    make_prompt_set(config.task, config.seed)  # a data file, every row checked (DataError)
     load_curve(config.broker.curve_keys)
     if config.task.reward is not None:
         load_reward(config.task.reward)

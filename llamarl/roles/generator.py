@@ -167,7 +167,7 @@ class Generator:
             return pack_episodes(episodes, examples, pairs), written
         batch = sample(
             self.policy,
-            [self.policy.encode_prompt(e.prompt) for e in examples],
+            [self.policy.encode_example(e) for e in examples],
             num_samples=gen.num_samples,
             max_new_tokens=gen.max_new_tokens,
             min_new_tokens=gen.min_new_tokens,

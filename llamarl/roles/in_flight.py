@@ -34,7 +34,7 @@ class InFlight:
         return len(self.claimed)
 
     def admit(self, tickets: list[Ticket], examples: list[Example]) -> None:
-        prompts = [(t.ticket_id, self.policy.encode_prompt(e.prompt))
+        prompts = [(t.ticket_id, self.policy.encode_example(e))
                    for t, e in zip(tickets, examples, strict=True)]  # fmt: skip
         self.batch.admit(prompts)
         for ticket, example in zip(tickets, examples, strict=True):
@@ -60,5 +60,5 @@ class InFlight:
         for key in stale:
             self.batch.drop(key)
             _, example = self.claimed[key]
-            self.batch.admit([(key, self.policy.encode_prompt(example.prompt))])
+            self.batch.admit([(key, self.policy.encode_example(example))])
         return len(stale)

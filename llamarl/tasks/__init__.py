@@ -1,6 +1,7 @@
-"""Prompt sources: the built-in arithmetic task and JSONL/Parquet prompt files."""
+"""Prompt sources: the built-in arithmetic task and a user's own data (JSON lines, JSON,
+Parquet, CSV files and save_to_disk directories, plain or chat rows)."""
 
-from llamarl.tasks.base import Example, PromptSet
+from llamarl.tasks.base import DataError, Example, PromptSet
 from llamarl.tasks.factory import make_prompt_set
 
-__all__ = ["Example", "PromptSet", "make_prompt_set"]
+__all__ = ["DataError", "Example", "PromptSet", "make_prompt_set"]

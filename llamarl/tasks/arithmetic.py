@@ -69,15 +69,17 @@ class ArithmeticTask:
 
     def _example(self, index: int, a: int, b: int) -> Example:
         answer = str(a * b if self.operation == "*" else a + b)
+        row = {"a": a, "b": b, "answer": answer}
         if not self.show_work:
             prompt = self._prompt(str(a), str(b))
-            return Example(index, prompt, answer, expression=f"{a}{self.operation}{b}")
+            return Example(index, prompt, answer, expression=f"{a}{self.operation}{b}", row=row)
         width = self.num_digits
         return Example(
             index=index,
             prompt=self._prompt(f"{a:0{width}d}", f"{b:0{width}d}"),
             answer=answer,
             solution=worked_sum(a, b, width),
+            row=row,
         )
 
     def train_item(self, index: int) -> Example:

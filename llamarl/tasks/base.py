@@ -6,6 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from llamarl.errors import ConfigError
+
+
+class DataError(ConfigError, ValueError):
+    """A prompt file, or one of its rows, that a run cannot use; the message names the config
+    field, the file and the row. Raised before any role starts (the launcher builds the prompt
+    set first), so it is a configuration error: one line, exit code 2."""
+
 
 @dataclass(frozen=True)
 class Example:
@@ -20,6 +28,10 @@ class Example:
     row: dict[str, Any] = field(default_factory=dict, compare=False)
     """The data row the example came from, every field (a reward function may read them); the
     arithmetic task's: {"a", "b", "answer"}."""
+    messages: tuple[dict[str, str], ...] = field(default=(), hash=False)
+    """A chat row's conversation up to the model's turn ({role, content} each; `prompt` is then
+    its last user message): rendered through the tokenizer's chat template. Empty: `prompt`
+    alone is the prompt."""
 
     @property
     def target(self) -> str:

@@ -19,13 +19,4 @@ def make_prompt_set(config: TaskConfig, seed: int) -> PromptSet:
             config.prompt_template,
             config.operation,
         )
-    # TaskConfig refuses a file kind without a path.
-    assert config.path is not None
-    return FilePromptSet.load(
-        config.path,
-        config.kind,
-        config.prompt_field,
-        config.answer_field,
-        config.num_eval,
-        config.prompt_template,
-    )
+    return FilePromptSet.load(config, seed)

@@ -1,81 +1,105 @@
-"""Prompt files: JSONL (one object a line) or Parquet, read with the Hugging Face `datasets`
-library (local files only: nothing is downloaded), with configurable field names.
+"""A user's own data as a prompt set: a local file or save_to_disk directory read with Hugging
+Face `datasets` (`llamarl.tasks.sources`), each row made an example when it is asked for
+(`llamarl.tasks.rows`), so a file of any size stays memory-mapped Arrow.
 
-The first `num_eval` rows are held out for evaluation; training cycles through the rest.
+Which rows are held out, and the training order, come from the config and the run's seed
+alone, so every process (generators, reward workers, trainer) that builds the set maps a ticket
+index to the same row:
+- held-out rows are a split (`task.eval_split`), another file (`task.eval_path`), or the first
+  `eval_fraction` of the rows (or `num_eval` of them) in the shuffled order; never trained on;
+- the training rows are the rest, in an order shuffled by the seed (`task.shuffle`, the
+  default; otherwise file order), cycled through by ticket index.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from llamarl.tasks.base import Example
+import numpy as np
 
-BUILDERS = {"jsonl": "json", "parquet": "parquet"}
+from llamarl.config import TaskConfig
+from llamarl.tasks.base import DataError, Example
+from llamarl.tasks.rows import RowReader
+from llamarl.tasks.sources import Source, open_source
+
+if TYPE_CHECKING:
+    import datasets
+
+TRAIN_STREAM, EVAL_STREAM = 0, 1
+"""Seed streams of the training file's order and of a separate held-out source's."""
+
+LEGACY_FORMATS = {"jsonl": "json", "parquet": "parquet"}
+"""The kinds that are kind file with a format."""
+
+Order = range | np.ndarray
+"""Row positions in the order they are used (a range: file order)."""
 
 
-def _read_rows(path: Path, kind: str) -> list[dict]:
-    import datasets  # heavy: only for runs with a prompt file
-
-    datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
-    if not path.is_file():
-        raise ValueError(f"{path}: no such file")
-    try:
-        table = datasets.load_dataset(BUILDERS[kind], data_files=str(path), split="train")
-    except Exception as err:  # malformed JSON lines or Parquet: one line naming the file
-        cause = err.__cause__ or err
-        raise ValueError(f"{path}: not readable as {kind} ({str(cause).splitlines()[0]})") from None
-    return list(table)
-
-
-def _prompt(row: dict, prompt_field: str, template: str | None, path: str, number: int) -> str:
-    if template is None:
-        return str(row[prompt_field])
-    try:
-        return template.format(**row)
-    except KeyError as err:
-        raise ValueError(
-            f"{path}: row {number} has no field {err.args[0]!r} that task.prompt_template names "
-            f"(its fields: {', '.join(sorted(row))})"
-        ) from None
+def row_order(num_rows: int, seed: int, shuffle: bool, stream: int) -> Order:
+    """Row positions in the order they are used: a permutation seeded by (seed, stream), or
+    file order."""
+    if not shuffle:
+        return range(num_rows)
+    return np.random.default_rng([seed, stream]).permutation(num_rows)
 
 
 @dataclass(frozen=True)
 class FilePromptSet:
-    train: list[tuple[str, str]]
-    held_out: list[tuple[str, str]]
+    reader: RowReader
+    train_rows: datasets.Dataset
+    train_order: Order
+    """Positions in train_rows, in training order: ticket index i is row train_order[i % n]."""
+    eval_rows: datasets.Dataset
+    eval_order: Order
+    """Positions in eval_rows of the held-out prompts evaluated (at most num_eval)."""
 
     @classmethod
-    def load(
-        cls,
-        path: str,
-        kind: str,
-        prompt_field: str,
-        answer_field: str,
-        num_eval: int,
-        prompt_template: str | None = None,
-    ) -> FilePromptSet:
-        """`prompt_template`, when given, writes each prompt from the row's fields in place of
-        `prompt_field`."""
-        rows = _read_rows(Path(path), kind)
-        pairs = []
-        for number, row in enumerate(rows, start=1):
-            if prompt_template is None and row.get(prompt_field) is None:
-                raise ValueError(f"{path}: row {number} lacks {prompt_field!r}")
-            if row.get(answer_field) is None:
-                raise ValueError(f"{path}: row {number} lacks {answer_field!r}")
-            pairs.append((_prompt(row, prompt_field, prompt_template, path, number),
-                          str(row[answer_field])))  # fmt: skip
-        if len(pairs) <= num_eval:
-            raise ValueError(
-                f"{path}: {len(pairs)} rows leave none for training after {num_eval} held out"
-            )
-        return cls(train=pairs[num_eval:], held_out=pairs[:num_eval])
+    def load(cls, task: TaskConfig, seed: int) -> FilePromptSet:
+        """The task's data, every row checked; DataError naming the field, the file and the
+        row of the first problem."""
+        # TaskConfig refuses a data kind without a path.
+        assert task.path is not None
+        reader = RowReader.of(task)
+        fmt = LEGACY_FORMATS.get(task.kind, task.format)
+        rows, source = open_source(Source("task.path", task.path, task.split), fmt)
+        reader.check(rows, source)
+        order = row_order(len(rows), seed, task.shuffle, TRAIN_STREAM)
+        if task.eval_path is None and task.eval_split is None:
+            num_held = task.num_eval
+            if task.eval_fraction is not None:
+                num_held = max(1, round(task.eval_fraction * len(rows)))
+            if num_held >= len(rows):
+                raise source.error(
+                    f"{len(rows)} rows leave none for training after {num_held} held out"
+                )
+            held = order[:num_held][: task.num_eval]
+            return cls(reader, rows, order[num_held:], rows, held)
+        held_rows, held_source = _held_out_source(task, fmt)
+        reader.check(held_rows, held_source)
+        held = row_order(len(held_rows), seed, task.shuffle, EVAL_STREAM)[: task.num_eval]
+        return cls(reader, rows, order, held_rows, held)
 
     def train_item(self, index: int) -> Example:
-        prompt, answer = self.train[index % len(self.train)]
-        return Example(index, prompt, answer)
+        position = self.train_order[index % len(self.train_order)]
+        return self.reader.example(index, self.train_rows[int(position)])
 
     def eval_items(self) -> list[Example]:
-        return [Example(i, p, a) for i, (p, a) in enumerate(self.held_out)]
+        return [
+            self.reader.example(i, self.eval_rows[int(position)])
+            for i, position in enumerate(self.eval_order)
+        ]
+
+
+def _held_out_source(task: TaskConfig, fmt: str | None) -> tuple[datasets.Dataset, Source]:
+    """The rows of eval_path, or of the eval_split of eval_path's (or path's) DatasetDict."""
+    path = task.eval_path if task.eval_path is not None else task.path
+    assert path is not None
+    field = "task.eval_path" if task.eval_path is not None else "task.path"
+    rows, source = open_source(Source(field, path, task.eval_split), fmt)
+    if task.eval_split is not None and source.split is None:
+        raise DataError(
+            f"task.eval_split {task.eval_split}: {field} {path} has no splits (it is not a "
+            "DatasetDict directory)"
+        )
+    return rows, source

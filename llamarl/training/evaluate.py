@@ -46,7 +46,7 @@ def evaluate(
     progress = Progress("evaluation", len(examples), transient=True, listener=listener)
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
-        prompts = [policy.encode_prompt(e.prompt) for e in chunk]
+        prompts = [policy.encode_example(e) for e in chunk]
         batch = sample(
             policy, prompts, num_samples=1, max_new_tokens=max_new_tokens,
             min_new_tokens=min_new_tokens, greedy=True,

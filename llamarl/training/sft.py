@@ -31,7 +31,7 @@ def answer_demonstration(policy: Policy) -> Demonstration:
     """Prompt, then the example's target and EOS (in the loss)."""
 
     def tokens(example: Example) -> tuple[list[int], list[int]]:
-        prompt = policy.encode_prompt(example.prompt)
+        prompt = policy.encode_example(example)
         answer = policy.tokenizer(example.target, add_special_tokens=False).input_ids
         answer = answer + [policy.eos_id]
         return prompt + answer, [-100] * len(prompt) + answer

@@ -45,6 +45,22 @@ def _run(tmp: Path, *extra: str, **tree: object) -> list[str]:
     return [*LLAMARL, "run", _config(tmp, **tree), *extra]
 
 
+def _data(tmp: Path, text: str, **task: object) -> list[str]:
+    """`llamarl run` on a data file holding `text`."""
+    (tmp / "data.jsonl").write_text(text)
+    return _run(tmp, task={"kind": "file", "path": str(tmp / "data.jsonl"), "num_eval": 1, **task})
+
+
+def _chat_data(tmp: Path, text: str) -> list[str]:
+    """`llamarl run` on chat rows with a model directory (its config.json is all the launcher
+    reads before the data)."""
+    (tmp / "model").mkdir()
+    (tmp / "model" / "config.json").write_text("{}")
+    (tmp / "data.jsonl").write_text(text)
+    task = {"kind": "file", "path": str(tmp / "data.jsonl"), "messages_field": "messages"}
+    return _run(tmp, task=task, model={"path": str(tmp / "model"), "chat_template": True})
+
+
 def _busy_port(tmp: Path) -> list[str]:
     port = int((tmp / "port").read_text())
     return [*LLAMARL, "worker", "broker", "--config", _config(tmp, broker={"port": port})]
@@ -64,6 +80,13 @@ CASES = [
          lambda t: _run(t, model={"path": str(t / "nothing")}), 2),
     Case("the in-process transport in an async run", lambda t: _run(t, sync={"transport": "local"}), 2),
     Case("a jsonl task without a path", lambda t: _run(t, task={"kind": "jsonl"}), 2),
+    Case("a data row without its answer",
+         lambda t: _data(t, '{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2="}\n'), 2),
+    Case("an empty data file", lambda t: _data(t, ""), 2),
+    Case("a chat row that is not a list of messages",
+         lambda t: _chat_data(t, '{"messages": "hi", "answer": "2"}\n'), 2),
+    Case("chat rows with the built model",
+         lambda t: _run(t, task={"kind": "file", "path": "chat.jsonl", "messages_field": "messages"}), 2),
     Case("a broker port in use", _busy_port, 2),
     Case("a broker port in use (llamarl run)",
          lambda t: _run(t, broker={"port": int((t / "port").read_text())}), 2),

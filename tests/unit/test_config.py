@@ -156,7 +156,7 @@ def test_file_task_without_a_path_is_refused() -> None:
 def test_arithmetic_task_with_a_path_is_refused() -> None:
     _refused(
         {"task": {"path": "prompts.jsonl"}},
-        "task.kind, task.path: kind arithmetic ignores path; set kind jsonl or parquet",
+        "task.kind, task.path: kind arithmetic ignores path; set kind file",
     )
 
 

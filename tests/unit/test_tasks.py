@@ -1,4 +1,5 @@
-"""Prompt sources: seeded arithmetic with a disjoint held-out set, JSONL and Parquet files."""
+"""Prompt sources: seeded arithmetic with a disjoint held-out set, JSONL and Parquet files
+(the other formats, shuffling, held-out sources and chat rows: test_data_files.py)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def test_arithmetic_is_seeded_and_held_out_is_disjoint() -> None:
     assert task.train_item(17) != ArithmeticTask(2, 200, 4).train_item(17)
     a, b = train[0].prompt.rstrip("=").split("+")
     assert int(train[0].answer) == int(a) + int(b)
+    assert train[0].row == {"a": int(a), "b": int(b), "answer": train[0].answer}
 
 
 def test_jsonl_and_parquet_with_custom_fields(tmp_path: Path) -> None:
@@ -44,6 +46,7 @@ def test_jsonl_and_parquet_with_custom_fields(tmp_path: Path) -> None:
             answer_field="solution",
             num_eval=3,
             verifier="gsm8k",
+            shuffle=False,
         )
         prompts = make_prompt_set(config, seed=0)
         assert [e.prompt for e in prompts.eval_items()] == ["q0", "q1", "q2"]
@@ -54,7 +57,7 @@ def test_jsonl_and_parquet_with_custom_fields(tmp_path: Path) -> None:
 def test_prompt_file_errors_name_the_problem(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "a", "answer": "1"}\nnot json\n')
-    with pytest.raises(ValueError, match="bad.jsonl: not readable as jsonl"):
+    with pytest.raises(ValueError, match="bad.jsonl: not readable as json"):
         make_prompt_set(TaskConfig(kind="jsonl", path=str(bad), num_eval=1), 0)
     missing = tmp_path / "missing.jsonl"
     missing.write_text('{"prompt": "a"}\n{"prompt": "b"}\n')
@@ -74,7 +77,11 @@ def test_prompt_template_words_arithmetic_and_file_prompts(tmp_path: Path) -> No
     path = tmp_path / "p.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     config = TaskConfig(
-        kind="jsonl", path=str(path), num_eval=1, prompt_template="{topic}: {question}"
+        kind="jsonl",
+        path=str(path),
+        num_eval=1,
+        prompt_template="{topic}: {question}",
+        shuffle=False,
     )
     assert make_prompt_set(config, 0).train_item(0).prompt == "sums: q1"
     with pytest.raises(ValueError, match="no field 'level' that task.prompt_template names"):
