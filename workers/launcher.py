@@ -12,16 +12,12 @@ checkpoint).
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 from types import FrameType
 
-import torch
-
 from brokers.embedded import EmbeddedServices
 from llamarl.config import load_config
-from llamarl.launch.cores import usable_cores
 from llamarl.launch.layout import plan_layout
 from llamarl.launch.local import (
     check_redis,
@@ -32,7 +28,7 @@ from llamarl.launch.local import (
     worker_env,
 )
 from llamarl.launch.ray_actors import check_launcher, ray_spawn
-from llamarl.launch.sync_run import run_sync
+from llamarl.launch.sync_run import run_sync_here
 from llamarl.observe.log import configure_logging
 
 
@@ -48,12 +44,10 @@ def main(args: argparse.Namespace) -> int:
     configure_logging("launcher", "launcher", args.log_format)
     check_launcher(args.launcher, args.mode)
     preflight(config, args.mode, args.launcher)  # before any process starts, let alone restarts
-    run_dir = prepare_run_dir(config, resume=args.mode == "async" and args.resume)
-    plan = None if args.mode == "sync" else plan_layout(config, args.config, args.launcher)
-    if plan is None or plan.kind == "lockstep":  # auto may choose the lock-step loop
-        torch.set_num_threads(config.workers.num_cores or usable_cores())
-        print(json.dumps(run_sync(config)), flush=True)
-        return 0
+    if args.mode == "sync":  # the lock-step loop, for benchmarks (no checkpoints, no ledger)
+        return run_sync_here(config, args.resume)
+    run_dir = prepare_run_dir(config, resume=args.resume)
+    plan = plan_layout(config, args.config, args.launcher)
     config, split = plan.config, plan.split
     services = None
     try:  # a service that does not start is one line (llamarl.commands), never a traceback

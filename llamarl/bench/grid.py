@@ -75,7 +75,7 @@ def _run(tree: dict[str, Any], mode: str, layout: str | None, name: str, work_di
     if layout is not None:
         variant = tree | {"workers": tree.get("workers", {}) | {"layout": layout}}
     result = run_once(variant, mode, name, work_dir)
-    ran = result.summary["mode"]  # a default run that chose lock-step ran the sync loop
+    ran = result.summary["mode"]
     row: dict[str, Any] = {"s_per_step": round(clean_step_s(result.records, ran, warmup), 4),
                            "generated_tokens": sum(r.get("num_tokens", 0)
                                                    for r in result.records)}  # fmt: skip
@@ -96,7 +96,7 @@ def _run(tree: dict[str, Any], mode: str, layout: str | None, name: str, work_di
 
 def _other(layout: dict[str, Any]) -> str:
     """The alternative a default run is checked against: a split run where auto chose to take
-    turns (colocated or lock-step), else colocated."""
+    turns (colocated), else colocated."""
     return "colocated" if layout["kind"] == "split" else "split"
 
 

@@ -15,7 +15,13 @@ def register(sub: Subparsers, run_command: Command, worker_command: Command,
     run = sub.add_parser("run", help="run a whole job on this machine (private Redis + broker)")
     run.add_argument("config", help="run config YAML")
     run.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
-    run.add_argument("--mode", choices=["async", "sync"], default="async")
+    run.add_argument(
+        "--mode",
+        choices=["async", "sync"],
+        default="async",
+        help="async: the roles as processes (checkpoints, ledger, --resume); sync: the lock-step "
+        "loop in this process, a benchmark baseline with no checkpoints or ledger, not resumable",
+    )
     run.add_argument("--recipe", choices=sorted(RECIPES),
                      help="a preset of algorithm options under the config's own (recipe=NAME)")  # fmt: skip
     run.add_argument(

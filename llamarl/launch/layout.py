@@ -12,11 +12,12 @@
   given more threads than it has cores of its own, 1 to cores+1 generators, staleness bounds up
   to the config's `max_staleness`, and colocated); the fastest starts, ties going to the cheaper
   layout. Fields the config sets explicitly (`num_generators`, `trainer_threads`,
-  `generator_threads`) are kept. When no layout is predicted at least MARGIN faster than the
-  lock-step sync loop, the run is that loop (as `--mode sync`, in the launcher's process; it
-  keeps no Redis ledger and writes no checkpoints, which the message says): so the default is
-  never predicted slower than sync. The choice and its predicted alternatives are printed and
-  written to RUN_DIR/layout.json.
+  `generator_threads`) are kept. An overlapping layout starts only when predicted at least
+  MARGIN faster than the lock-step sync loop; otherwise the run is colocated, which takes turns
+  as lock-step does and, being an async run, keeps checkpoints, `--resume` and the ledger (the
+  sync loop, `--mode sync`, keeps none of them and is never chosen). The choice, its predicted
+  s/step against lock-step's and the alternatives are printed and written to
+  RUN_DIR/layout.json.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from llamarl.launch.supervise import llamarl_command
 SIMULATED_STEPS = 60
 MARGIN = 0.05
 """An overlapping layout runs only when predicted at least this much faster than lock-step (the
-simulator's errors against measured runs are of this order)."""
+simulator's errors against measured runs are of this order); else auto starts colocated."""
 SHOWN = 4
 """Alternatives printed beside the choice."""
 
@@ -48,11 +49,12 @@ class Plan:
     """The config as laid out (generators, threads, staleness bound)."""
     split: CoreSplit
     kind: str
-    """split, colocated or lockstep (auto only: the sync loop in the launcher's process)."""
+    """split or colocated."""
     overrides: dict[str, str] = field(default_factory=dict)
     """Environment overrides that give the workers the plan's fields."""
     prediction: dict[str, Any] | None = None
-    """auto: the chosen layout's predicted s/step, the sync run's, and the alternatives."""
+    """auto: the chosen layout's predicted s/step, the sync run's, whether colocated stands in
+    for lock-step, and the alternatives."""
 
 
 def _laid_out(config: RunConfig, generators: int, trainer: int, generator: int,
@@ -111,6 +113,26 @@ def _describe(row: dict[str, Any]) -> str:
             f"trainer {row['trainer_threads']} thread(s), max_staleness {row['max_staleness']}")  # fmt: skip
 
 
+def _print_choice(
+    best: dict[str, Any], sync_s: float, in_turn: bool, others: list[dict[str, Any]]
+) -> None:
+    if in_turn:
+        print(
+            f"layout auto: colocated (takes turns like lock-step and keeps checkpoints, --resume "
+            f"and the ledger; predicted {best['s_per_step']:.3f} s/step against lock-step's "
+            f"{sync_s:.3f}; no overlapping layout is predicted at least {MARGIN:.0%} faster)",
+            file=sys.stderr,
+        )
+    else:
+        print(
+            f"layout auto: best {_describe(best)}: predicted {best['s_per_step']:.3f} s/step "
+            f"(lock-step sync {sync_s:.3f})",
+            file=sys.stderr,
+        )
+    for row in others:
+        print(f"  alternative: {_describe(row)}: {row['s_per_step']:.3f} s/step", file=sys.stderr)
+
+
 def auto(config: RunConfig, config_path: str) -> Plan:
     """The fastest predicted layout for `config` on this machine (see the module docstring)."""
     from llamarl.sim.costs import Costs
@@ -131,20 +153,16 @@ def auto(config: RunConfig, config_path: str) -> Plan:
                    max_staleness=config.staleness.max_staleness)  # fmt: skip
     rows = [r for r in result["layouts"] if all(r[name] == getattr(workers, name)
                                                  for name in explicit) or r["colocated"]]  # fmt: skip
+    sync_s = result["sync_s_per_step"]
     best = recommend(rows, TIE)
+    in_turn = best["s_per_step"] * (1 + MARGIN) > sync_s
+    if in_turn:  # no overlap worth its risk: take turns, in the async run that keeps its state
+        best = next(r for r in rows if r["colocated"])
     others = [r for r in rows if r is not best][:SHOWN]
-    prediction = {"chosen": best, "sync_s_per_step": result["sync_s_per_step"],
+    prediction = {"chosen": best, "sync_s_per_step": sync_s, "colocated_for_lockstep": in_turn,
                   "alternatives": others, "profile": measured["profile"],
                   "profile_cached": measured["cached"], "profile_s": measured["seconds"]}  # fmt: skip
-    print(f"layout auto: best {_describe(best)}: predicted {best['s_per_step']:.3f} s/step "
-          f"(lock-step sync {result['sync_s_per_step']:.3f})", file=sys.stderr)  # fmt: skip
-    for row in others:
-        print(f"  alternative: {_describe(row)}: {row['s_per_step']:.3f} s/step", file=sys.stderr)
-    if best["s_per_step"] * (1 + MARGIN) > result["sync_s_per_step"]:
-        print("layout auto: lock-step, as --mode sync: no layout is predicted at least "
-              f"{MARGIN:.0%} faster; this run keeps no Redis ledger and writes no checkpoints "
-              "(set workers.layout: split or colocated to keep them)", file=sys.stderr)  # fmt: skip
-        return _plan(config, "lockstep", 1, cores, cores, 0, prediction)
+    _print_choice(best, sync_s, in_turn, others)
     kind = "colocated" if best["colocated"] else "split"
     return _plan(config, kind, best["num_generators"], best["trainer_threads"],
                  best["generator_threads"], best["max_staleness"], prediction)  # fmt: skip

@@ -8,19 +8,27 @@ the missing ones.
 
 Only the placement differs from an async run: the store is a `MemoryStore`, the bus a `MemoryHub`,
 and the weight transport the in-process one (the generator samples with the trainer's own model),
-which is what `llamarl bench async-vs-sync` compares. A sync run cannot be resumed, so it writes
-no checkpoints. Writes RUN_DIR/metrics.jsonl (with each step's phase seconds: generate_s,
-score_s, train_s, step_s) and returns the run summary.
+which is what `llamarl bench async-vs-sync` compares. A sync run keeps no Redis ledger and cannot
+be resumed, so it writes no checkpoints: it is the benchmarks' baseline, and `llamarl run` says so
+as it starts (`workers.layout: auto` never chooses it; it takes turns in the colocated layout).
+Writes RUN_DIR/metrics.jsonl (with each step's phase seconds: generate_s, score_s, train_s,
+step_s) and returns the run summary.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from typing import Any
 
+import torch
+
 from llamarl.bus import Bus, MemoryHub
 from llamarl.config import LocalSync, RunConfig
-from llamarl.errors import SyncError
+from llamarl.errors import ConfigError, SyncError
+from llamarl.launch.cores import usable_cores
+from llamarl.launch.local import prepare_run_dir
 from llamarl.observe.progress import Progress
 from llamarl.roles import build
 from llamarl.roles.generator import Generator
@@ -30,6 +38,10 @@ from llamarl.roles.trainer import Trainer
 from llamarl.store import MemoryStore
 from llamarl.weightsync import make_publisher, make_receiver
 
+NOTICE = (
+    "mode sync: the lock-step loop in this process, a benchmark baseline: it keeps no checkpoints "
+    "and no Redis ledger, and cannot be resumed (the default async run keeps all three)"
+)
 WAIT_MS = 100
 """Wait for the trainer's new version to be announced (it is one thread away), between checks
 that the publisher thread has not failed."""
@@ -127,3 +139,19 @@ def run_sync(config: RunConfig) -> dict[str, Any]:
         for each in runtimes:
             each.close()
         store.close()
+
+
+def run_sync_here(config: RunConfig, resume: bool) -> int:
+    """`llamarl run --mode sync`: says what the run keeps (refusing `--resume`, which would
+    otherwise start afresh and clear the run directory's checkpoints), then runs on every core
+    and prints the summary."""
+    if resume:
+        raise ConfigError(
+            "--resume carries on a stopped async run; --mode sync keeps no "
+            "checkpoints or ledger to resume from: drop one of them"
+        )
+    prepare_run_dir(config, resume=False)
+    print(NOTICE, file=sys.stderr, flush=True)  # once the run can start: a bad input is one line
+    torch.set_num_threads(config.workers.num_cores or usable_cores())
+    print(json.dumps(run_sync(config)), flush=True)
+    return 0

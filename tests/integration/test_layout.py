@@ -1,16 +1,28 @@
 """`workers.layout` end to end: auto profiles the config (cached by config and machine; the
 cache's reuse is covered by tests/unit/test_profile_cache.py), prints its choice and starts it;
-colocated runs generator and trainer in turn on every core."""
+colocated runs generator and trainer in turn on every core; where no overlap is predicted to pay,
+auto starts colocated, whose run a SIGKILL does not lose."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.integration.async_helpers import write_config
+from llamarl.bench.profile import cache_key, machine
+from llamarl.config import parse_config
+from llamarl.config.run import read_tree
+from llamarl.launch import supervise
+from llamarl.sim.costs import Costs, ThreadCosts
+from tests.integration.async_helpers import (
+    check_resumed_run,
+    metrics_records,
+    wait_for_steps,
+    write_config,
+)
 
 STEPS = 4
 
@@ -28,20 +40,19 @@ def test_auto_profiles_once_prints_its_choice_and_starts_it(tmp_path: Path) -> N
     env = os.environ | {"LLAMARL_CACHE_DIR": str(tmp_path / "cache")}
     done = _run(config, env, "workers.layout=auto")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "layout auto: best " in done.stderr
+    chose = ("layout auto: best ", "layout auto: colocated (takes turns like lock-step")
+    assert any(line in done.stderr for line in chose), done.stderr[-3000:]
     laid = json.loads((tmp_path / "auto" / "layout.json").read_text())
     prediction = laid["prediction"]
     assert prediction["profile_cached"] is False
     chosen = prediction["chosen"]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["steps"] == STEPS
-    if laid["kind"] == "lockstep":  # no layout predicted faster than the sync loop
-        assert summary["mode"] == "sync"
-    else:
-        assert laid["kind"] == ("colocated" if chosen["colocated"] else "split")
-        assert (laid["trainer_threads"], laid["max_staleness"]) == (
-            chosen["trainer_threads"], chosen["max_staleness"])  # fmt: skip
-        assert summary["ledger"]["trained"] == summary["ledger"]["issued"]
+    assert summary["mode"] == "async", "auto never chooses the sync loop"
+    assert laid["kind"] == ("colocated" if chosen["colocated"] else "split")
+    assert (laid["trainer_threads"], laid["max_staleness"]) == (
+        chosen["trainer_threads"], chosen["max_staleness"])  # fmt: skip
+    assert summary["ledger"]["trained"] == summary["ledger"]["issued"]
     profile = Path(prediction["profile"])  # cached by config and machine, under the cache dir
     assert profile.parent == tmp_path / "cache" / "profiles" and profile.is_file()
 
@@ -60,3 +71,73 @@ def test_colocated_takes_turns_on_every_core(tmp_path: Path) -> None:
     assert summary["max_staleness"] == 0, "in turn: every group from the newest version"
     assert summary["ledger"]["trained"] == summary["ledger"]["issued"] == STEPS * 4
     assert set(summary["exit_codes"]) == {"trainer", "generator-0", "reward-0"}
+
+
+def _write_trainer_bound_profile(config: Path, cache: Path) -> None:
+    """The cached profile auto reads for `config`: training 0.2 s a step (0.1 on two threads or
+    more), decoding 0.1 ms a position, so no overlap can save as much as MARGIN against
+    lock-step. It stands in for a measurement (what profiles are made of is
+    tests/unit/test_profile_cache.py's and the test above's)."""
+    threads = {
+        1: ThreadCosts(decode_s=1e-4, decode_s_per_seq=0.0, train_s=0.2, train_s_per_token=0.0),
+        2: ThreadCosts(decode_s=5e-5, decode_s_per_seq=0.0, train_s=0.1, train_s_per_token=0.0),
+    }
+    costs = Costs(
+        threads=threads,
+        score_s_per_group=0.0,
+        stage_s=0.001,
+        pull_s=0.001,
+        prompt_tokens=8.0,
+        corun_slowdown={},
+        cores=machine()["cores"],
+    )
+    key = cache_key(parse_config(read_tree(config)))
+    costs.save(cache / "profiles" / f"{key}.json", {"config": str(config), "machine": machine()})
+
+
+def test_auto_takes_turns_for_a_trainer_bound_config_and_a_killed_run_resumes(
+    tmp_path: Path,
+) -> None:
+    """Where lock-step used to be chosen (a trainer-bound profile), auto starts colocated and
+    says so; the launcher's process group SIGKILLed mid-run, `--resume` carries the run on from
+    its Redis AOF and checkpoint, and every ticket is trained exactly once."""
+    steps = 24
+    config = write_config(
+        tmp_path,
+        "turns",
+        trainer={"num_steps": steps, "eval_every": steps, "checkpoint_every": 3},
+        staleness={"lease_s": 2.0},
+    )
+    run_dir = tmp_path / "turns"
+    _write_trainer_bound_profile(config, tmp_path / "cache")
+    env = os.environ | {"LLAMARL_CACHE_DIR": str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "workers.cli", "run", str(config), "workers.layout=auto"]
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        wait_for_steps(run_dir, 8, proc)
+        tree = supervise.descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        supervise.stop(proc)
+    assert supervise.wait_gone(tree, timeout_s=10) == [], "children outlived the launcher"
+    assert "layout auto: colocated (takes turns like lock-step and keeps checkpoints" in err
+    laid = json.loads((run_dir / "layout.json").read_text())
+    assert laid["kind"] == "colocated" and laid["prediction"]["colocated_for_lockstep"] is True
+    assert laid["prediction"]["chosen"]["colocated"] is True
+    assert len(metrics_records(run_dir)) < steps, "killed mid-run"
+    assert list((run_dir / "checkpoints").glob("step-*")), "a checkpoint to resume from"
+
+    done = subprocess.run(
+        [*command, "--resume"], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = check_resumed_run(done.stdout, run_dir, steps)
+    assert summary["mode"] == "async" and summary["max_staleness"] == 0
