@@ -33,6 +33,14 @@ def _variants(annotation: object) -> list[type[BaseModel]]:
     return [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
 
 
+def _list_item(annotation: object) -> type[BaseModel] | None:
+    """The section a `list[Section]` field holds, None for anything else."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is list and args and isinstance(args[0], type):
+        return args[0] if issubclass(args[0], BaseModel) else None
+    return None
+
+
 def union_rows(variants: list[type[BaseModel]], prefix: str, default: str) -> list[str]:
     """One row for the discriminator (`transport`), then each field once, naming the variants
     that have it."""
@@ -67,6 +75,12 @@ def rows_of(model: type[BaseModel], prefix: str, names: set[str]) -> list[str]:
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             out += rows(annotation, f"{prefix}{name}.")
             continue
+        item = _list_item(annotation)
+        if item is not None:  # a list of sections (evaluation.sets): its items' fields
+            meaning = _one_line(field.description or "")
+            out.append(f"| `{prefix}{name}` | `list of sections` | `[]` | {meaning} |")
+            out += rows(item, f"{prefix}{name}[].")
+            continue
         variants = _variants(annotation)
         if len(variants) == 1 and field.default is None:  # an optional section (model.lora)
             meaning = _one_line(field.description or "")
@@ -82,7 +96,8 @@ def rows_of(model: type[BaseModel], prefix: str, names: set[str]) -> list[str]:
         meaning = _one_line(field.description or "")
         kind_bounds = f"{kind} {bounds}".strip()
         default = field.default_factory() if field.default_factory else field.default  # type: ignore[call-arg]
-        out.append(f"| `{prefix}{name}` | `{kind_bounds}` | `{default!r}` | {meaning} |")
+        shown = "required" if field.is_required() else repr(default)
+        out.append(f"| `{prefix}{name}` | `{kind_bounds}` | `{shown}` | {meaning} |")
     return out
 
 

@@ -28,6 +28,7 @@ from llamarl.launch.local import (
     worker_env,
 )
 from llamarl.launch.ray_actors import check_launcher, ray_spawn
+from llamarl.launch.startup import startup_summary
 from llamarl.launch.sync_run import run_sync_here
 from llamarl.observe.log import configure_logging
 
@@ -49,6 +50,7 @@ def main(args: argparse.Namespace) -> int:
     run_dir = prepare_run_dir(config, resume=args.resume)
     plan = plan_layout(config, args.config, args.launcher)
     config, split = plan.config, plan.split
+    print(startup_summary(config, plan.kind), file=sys.stderr, flush=True)
     services = None
     try:  # a service that does not start is one line (llamarl.commands), never a traceback
         if config.redis.url is None:

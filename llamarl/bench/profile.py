@@ -104,7 +104,7 @@ class Probes:
         self.rng = torch.Generator().manual_seed(config.seed)
         algorithm = config.algorithm.with_loss_constant(gen.max_new_tokens)
         self.learner = Learner(self.policy, algorithm, config.trainer, gen.temperature)
-        self.scorer = scorer(config.task, nullcontext)
+        self.scorer = scorer(config, nullcontext)
         self.step_groups = self.train_groups(per_step, gen.num_samples)
         self.half_groups = self.train_groups(per_step, max(1, gen.num_samples // 2))
         self.corun_groups = self.train_groups(1, min(2, gen.num_samples))

@@ -10,13 +10,23 @@ import sys
 from collections.abc import Sequence
 
 from llamarl.bench import command as bench
-from llamarl.commands import config_check, export, keys, model, monitor, plot, processes, sft
+from llamarl.commands import (
+    config_check,
+    evaluation,
+    export,
+    keys,
+    model,
+    monitor,
+    plot,
+    processes,
+    sft,
+)
 from llamarl.commands.base import Command
 from llamarl.config import apply_overrides
 from llamarl.errors import ConfigError, ServiceStartError
 from llamarl.sim import command as sim
 
-COMMANDS = (sft, bench, sim, export, plot, monitor, model, keys, config_check)
+COMMANDS = (sft, bench, sim, evaluation, export, plot, monitor, model, keys, config_check)
 """The library's commands, in the order `llamarl --help` lists them after run and worker."""
 
 

@@ -9,6 +9,7 @@ commands take the same overrides as `section.field=value` after the config (`app
 
 from llamarl.config.base import FieldConflict
 from llamarl.config.environment import EnvironmentConfig
+from llamarl.config.evaluation import EvalSetConfig, EvaluationConfig
 from llamarl.config.learning import AlgorithmConfig, TrainerConfig
 from llamarl.config.run import (
     RunConfig,
@@ -45,6 +46,7 @@ from llamarl.config.task import JudgeConfig, TaskConfig, template_fields
 
 __all__ = [
     "AlgorithmConfig", "AutoSync", "BrokerConfig", "ConcreteSync", "EnvironmentConfig",
+    "EvalSetConfig", "EvaluationConfig",
     "FieldConflict",
     "GenerationConfig", "GlooSync", "JudgeConfig", "LocalSync", "LoggingConfig", "LoraConfig", "ModelConfig", "NcclSync",
     "RedisConfig", "RunConfig", "SamplingConfig", "ShmSync", "StalenessConfig", "SyncConfig",

@@ -13,6 +13,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from llamarl.config.base import FieldConflict, _Section
 from llamarl.config.environment import EnvironmentConfig
+from llamarl.config.evaluation import EvaluationConfig
 from llamarl.config.learning import AlgorithmConfig, TrainerConfig
 from llamarl.config.recipes import merged, with_recipe
 from llamarl.config.sampling import SamplingConfig
@@ -57,6 +58,8 @@ class RunConfig(_Section):
     logging: LoggingConfig = LoggingConfig()
     environment: EnvironmentConfig = EnvironmentConfig()
     """Multi-turn episodes with an environment and tools (null kind: single-turn)."""
+    evaluation: EvaluationConfig = EvaluationConfig()
+    """Named evaluation sets besides the task's held-out prompts (pass@k, mean@k)."""
 
     @model_validator(mode="before")
     @classmethod

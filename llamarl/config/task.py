@@ -233,5 +233,8 @@ class JudgeConfig(_Section):
 
     @model_validator(mode="after")
     def _template_fields(self) -> JudgeConfig:
-        template_fields(self.template)
+        try:
+            template_fields(self.template)
+        except ValueError as err:  # its messages name the task's prompt_template
+            raise ValueError(str(err).replace("prompt_template", "template", 1)) from None
         return self

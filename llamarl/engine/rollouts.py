@@ -92,14 +92,29 @@ def pack_groups(
 def score_group(group: RolloutGroup, scorer: GroupScorer) -> ScoredGroup:
     """The group with its rewards: the scorer's, or for an episode the reward its environment
     gave, where it gave one."""
-    rewards = scorer.score(group)
-    name = scorer.name
+    scores = scorer.score(group)
+    rewards, name = scores.rewards, scorer.name
     if group.episodes:
         given = [record["reward"] for record in episode_records(group)]
         rewards = np.array([s if g is None else g for s, g in zip(rewards, given, strict=True)],
                            dtype=np.float32)  # fmt: skip
         name = "environment" if None not in given else f"environment+{name}"
-    return ScoredGroup(group=group, rewards=TypedArray.from_numpy(rewards), scorer=name)
+    return ScoredGroup(
+        group=group,
+        rewards=TypedArray.from_numpy(rewards),
+        scorer=name,
+        components=scores.components,
+    )
+
+
+def component_means(batch: Sequence[ScoredGroup]) -> dict[str, float]:
+    """`reward_<name>`: the mean over `batch`'s groups of each named part of their rewards (a
+    group without the part counts as 0)."""
+    names = sorted({name for scored in batch for name in scored.components})
+    return {
+        f"reward_{name}": sum(s.components.get(name, 0.0) for s in batch) / len(batch)
+        for name in names
+    }
 
 
 def pack_episodes(

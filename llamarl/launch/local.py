@@ -38,13 +38,13 @@ from llamarl.envs.registry import environment_class, make_tools
 from llamarl.errors import ConfigError
 from llamarl.launch import supervise
 from llamarl.launch.cores import CoreSplit, set_affinity
+from llamarl.launch.data_checks import check_data_and_rewards
 from llamarl.observe.metric_sinks import check_sinks
 from llamarl.observe.monitor import progress_line
-from llamarl.rewards.custom import load_reward
+from llamarl.rewards.judge import check_judge
 from llamarl.rewards.reward_model import check_reward_model_path
 from llamarl.roles.trainer_durability import SAMPLES_LOG
 from llamarl.store import RedisStore, Store, without_password
-from llamarl.tasks import make_prompt_set
 from llamarl.training.export import FINAL_MODEL
 from llamarl.training.memory_check import check_memory
 from llamarl.weightsync import check_crosses_processes
@@ -198,19 +198,20 @@ def check_local_gpus(config: RunConfig) -> None:
 
 def preflight(config: RunConfig, mode: str, launcher: str = "local") -> None:
     """What a launch can tell is wrong before it starts anything (ConfigError naming the field):
-    a model or reward-model path that is not a model directory; CURVE keys that are not there;
-    a metrics sink whose package is missing; an environment class that cannot be imported, or a
+    bad data, or a reward function that returns nonsense (`data_checks`); a model, reward-model
+    or judge path that is not a model directory; CURVE keys that are not
+    there; a metrics sink whose package is missing; an environment class that cannot be imported, or a
     Python tool whose limits this host cannot apply; an async run on the in-process transport; a device
     this machine lacks, or a trainer (with the generators' weights, async) its memory cannot
     hold (`launcher` local; Ray places the roles on its own nodes)."""
     check_devices(config, mode, launcher)
     check_model_path(config.model)
-    make_prompt_set(config.task, config.seed)  # a data file, every row checked (DataError)
+    check_data_and_rewards(config)
     load_curve(config.broker.curve_keys)
-    if config.task.reward is not None:
-        load_reward(config.task.reward)
     if config.task.reward_model is not None:
         check_reward_model_path(config.task.reward_model)
+    if config.task.judge is not None:
+        check_judge(config.task.judge)
     check_sinks(config.logging)
     if config.environment.kind is not None:  # imports a custom class; the Python tool probes
         make_tools(config.environment)

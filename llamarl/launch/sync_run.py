@@ -29,6 +29,7 @@ from llamarl.config import LocalSync, RunConfig
 from llamarl.errors import ConfigError, SyncError
 from llamarl.launch.cores import usable_cores
 from llamarl.launch.local import prepare_run_dir
+from llamarl.launch.startup import startup_summary
 from llamarl.observe.progress import Progress
 from llamarl.roles import build
 from llamarl.roles.generator import Generator
@@ -38,10 +39,6 @@ from llamarl.roles.trainer import Trainer
 from llamarl.store import MemoryStore
 from llamarl.weightsync import make_publisher, make_receiver
 
-NOTICE = (
-    "mode sync: the lock-step loop in this process, a benchmark baseline: it keeps no checkpoints "
-    "and no Redis ledger, and cannot be resumed (the default async run keeps all three)"
-)
 WAIT_MS = 100
 """Wait for the trainer's new version to be announced (it is one thread away), between checks
 that the publisher thread has not failed."""
@@ -130,7 +127,7 @@ def run_sync(config: RunConfig) -> dict[str, Any]:
             started = time.monotonic()
             phases = _fill_step(generator, scorer, trainer, config.sync.timeout_s)
             trainer.train_step(phases, step_started=started)
-            progress.update(held_out=trainer.final_accuracy)
+            progress.update(held_out=trainer.evaluations.final_accuracy)
         return trainer.finish("sync")
     finally:
         progress.close()
@@ -151,7 +148,8 @@ def run_sync_here(config: RunConfig, resume: bool) -> int:
             "checkpoints or ledger to resume from: drop one of them"
         )
     prepare_run_dir(config, resume=False)
-    print(NOTICE, file=sys.stderr, flush=True)  # once the run can start: a bad input is one line
+    # What will run (and what a sync run does not keep), once it can start: a bad input is one line.
+    print(startup_summary(config, "sync"), file=sys.stderr, flush=True)
     torch.set_num_threads(config.workers.num_cores or usable_cores())
     print(json.dumps(run_sync(config)), flush=True)
     return 0

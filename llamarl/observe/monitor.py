@@ -1,6 +1,7 @@
 """`llamarl monitor`: watch a run from its Redis alone (any machine that reaches Redis).
 
-Prints the progress line (trainer step and version, reward, held-out accuracy, largest staleness,
+Prints the progress line (trainer step and version, reward, held-out accuracy and each named
+evaluation set's latest metrics (`<set>/greedy`, `<set>/pass@k`, `<set>/mean@n`), largest staleness,
 ticket ledger; `skipped` once dynamic sampling has skipped a group), one line per worker (role,
 status, alive or dead by heartbeat TTL, seconds since its last heartbeat, policy version) and the
 rejected-input counts, every `--interval` seconds; `--once` prints one snapshot and exits
@@ -16,6 +17,9 @@ import time
 from llamarl.config import load_config, parse_config
 from llamarl.store import RedisStore, Store, without_password
 
+SET_PREFIX = "eval/"
+"""Heartbeat fields of the named evaluation sets (`llamarl.training.eval_sets`)."""
+
 
 def progress_line(store: Store, total_steps: int) -> str:
     """Progress from the heartbeat of the run's trainer, whatever its worker id (a live one
@@ -28,11 +32,16 @@ def progress_line(store: Store, total_steps: int) -> str:
     phase = "" if status in ("running", "stopped") else f"trainer {status}  "
     held_out = trainer.get("held_out_accuracy")
     skipped = f" skipped {ledger['skipped']}" if ledger["skipped"] else ""  # dynamic sampling's
+    sets = "".join(
+        f"  {name[len(SET_PREFIX) :]} {float(value):.3f}"
+        for name, value in sorted(trainer.items())
+        if name.startswith(SET_PREFIX)
+    )
     return (
         f"{phase}step {trainer.get('step', 0)}/{total_steps}"
         f"  version {trainer.get('policy_version', '-')}"
         f"  reward {float(trainer.get('reward_mean', 0)):.3f}"
-        f"  held-out {'-' if held_out is None else f'{float(held_out):.3f}'}"
+        f"  held-out {'-' if held_out is None else f'{float(held_out):.3f}'}{sets}"
         f"  staleness max {trainer.get('max_staleness', 0)}"
         f"  tickets issued {ledger['issued']} trained {ledger['trained']}{skipped}"
         f" stale {ledger['dropped_stale']} open {ledger['open']}"

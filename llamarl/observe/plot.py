@@ -7,6 +7,8 @@ sync, one seed against another), from the files every run writes.
 - roles.png: busy and idle seconds of every worker (RUN_DIR/timers/);
 - timeline.png: when each worker was busy, against seconds since the run's first busy span
   (async runs overlap their roles; a sync run's roles take turns);
+- evaluations.png (runs with `evaluation.sets`): each set's greedy accuracy, pass@k and mean@n
+  against the step evaluated;
 - episodes.md (runs with an environment): held-out episodes turn by turn, at the first and the
   last evaluation (`llamarl.observe.episodes_view`); learning.png then also draws the accuracy
   at the model's first turn (dashed).
@@ -95,6 +97,27 @@ def _learning(runs: list[Run], out: Path) -> None:
     figure.savefig(out / "learning.png")
 
 
+def _evaluations(runs: list[Run], out: Path) -> Path | None:
+    """evaluations.png: each named evaluation set's metrics against step (None: no sets)."""
+    names = sorted({k for run in runs for r in run.records for k in r if k.startswith("eval/")})
+    if not names:
+        return None
+    figure = Figure(figsize=(7, 1 + 2.5 * len(names)))
+    axes = figure.subplots(len(names), 1, squeeze=False)
+    for axis, name in zip(axes[:, 0], names, strict=True):
+        for run in runs:
+            evaluated = [r for r in run.records if name in r]
+            steps = [_at(r, "step") for r in evaluated]
+            axis.plot(steps, [r[name] for r in evaluated], marker="o", label=run.name)
+        axis.set_ylabel(name[len("eval/") :])
+        axis.set_xlabel("step")
+        axis.grid(alpha=0.3)
+    axes[0][0].legend()
+    figure.tight_layout()
+    figure.savefig(out / "evaluations.png")
+    return out / "evaluations.png"
+
+
 def _staleness(runs: list[Run], out: Path) -> None:
     figure = Figure(figsize=(7, 4))
     axis = figure.subplots()
@@ -151,5 +174,5 @@ def plot(run_dirs: list[Path], out: Path) -> list[Path]:
     _staleness(runs, out)
     _roles(runs, out)
     _timeline(runs, out)
-    episodes = write_episodes(run_dirs, out)
-    return [out / name for name in FIGURES] + ([episodes] if episodes else [])
+    extra = [_evaluations(runs, out), write_episodes(run_dirs, out)]
+    return [out / name for name in FIGURES] + [path for path in extra if path is not None]

@@ -52,6 +52,9 @@ class ScoredGroup:
     rewards: TypedArray
     """float32 (n,)."""
     scorer: str
+    components: dict[str, float] = field(default_factory=dict)
+    """The mean over the group's completions of each named part of their rewards (a reward
+    function's components, a reward model's or a judge's score), logged beside the reward."""
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ a user turn and the assistant's answer when it has one, as a text pair otherwise
 scored in one padded batch; the model pools the last token that is not padding.
 
 The training reward is `reward_model_weight` x the model's score, plus the verifier's (or
-`task.reward`'s) reward unless `task.reward_model_only`. Held-out accuracy stays the verifier's.
+`task.reward`'s) reward unless `task.reward_model_only`. The held-out score is the verifier's
+(or `task.reward`'s).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from transformers.utils import logging as hf_logging
 
 from llamarl.errors import ConfigError
 from llamarl.protocol import RolloutGroup
-from llamarl.rewards.scorers import GroupScorer, group_texts
+from llamarl.rewards.scorers import GroupScorer, Scores, group_texts, with_part
 
 
 def check_reward_model_path(path: str) -> None:
@@ -80,8 +81,6 @@ class RewardModelScorer:
             logits = self.model(**batch).logits
         return logits[:, 0].float().numpy()
 
-    def score(self, group: RolloutGroup) -> np.ndarray:
-        rewards = self.weight * self.model_scores(group.prompt, group_texts(group))
-        if self.base is not None:
-            rewards = rewards + self.base.score(group)
-        return rewards.astype(np.float32)
+    def score(self, group: RolloutGroup) -> Scores:
+        part = self.weight * self.model_scores(group.prompt, group_texts(group))
+        return with_part(self.base, group, "reward_model", part)

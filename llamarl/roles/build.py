@@ -18,7 +18,7 @@ import torch
 
 from llamarl.algorithms.overlong import overlong_shaping
 from llamarl.bus import BusClient
-from llamarl.config import RunConfig, TaskConfig, writable_run_dir
+from llamarl.config import EvalSetConfig, RunConfig, writable_run_dir
 from llamarl.curve import load_curve
 from llamarl.engine.adapters import with_adapters
 from llamarl.engine.episodes import EpisodeRunner
@@ -29,9 +29,10 @@ from llamarl.limits import RejectHook, Rejections
 from llamarl.net import BrokerEndpoints
 from llamarl.observe.progress import Listener
 from llamarl.rewards import make_verifier
-from llamarl.rewards.custom import load_reward
+from llamarl.rewards.custom import Problem, UserReward
+from llamarl.rewards.judge import JudgeScorer
 from llamarl.rewards.reward_model import RewardModelScorer
-from llamarl.rewards.scorers import FunctionScorer, GroupScorer
+from llamarl.rewards.scorers import GroupScorer, SampleScorer, TextScorer, VerifierScorer
 from llamarl.roles.generator import Generator
 from llamarl.roles.held_out import (
     GeneratorEvaluations,
@@ -45,8 +46,9 @@ from llamarl.roles.trainer import Trainer
 from llamarl.roles.trainer_durability import Checkpointer
 from llamarl.roles.trainer_follower import TrainerFollower
 from llamarl.store import RedisStore, RejectCounts
-from llamarl.tasks import Example, make_prompt_set
+from llamarl.tasks import Example, make_prompt_set, read_examples
 from llamarl.training.checkpoint import CheckpointStore, Restored
+from llamarl.training.eval_sets import EvalSet, SetSums, evaluate_set
 from llamarl.training.evaluate import Evaluation, evaluate, evaluate_episodes
 from llamarl.training.learner import Learner
 from llamarl.training.parallel import TrainerRanks
@@ -149,13 +151,27 @@ def episode_runner(config: RunConfig, policy: Policy) -> EpisodeRunner | None:
     return EpisodeRunner(policy, factory, config.environment)
 
 
-def scorer(task: TaskConfig, loading: Callable[[], AbstractContextManager[Any]]) -> GroupScorer:
-    """The task's verifier or the user's own function (`task.reward`), with the reward model
-    (`task.reward_model`, loaded inside `loading()`) when there is one."""
-    if task.reward is not None:
-        scorer: GroupScorer = FunctionScorer(load_reward(task.reward), task.reward)
-    else:
-        scorer = FunctionScorer(make_verifier(task.verifier), task.verifier)
+def text_scorer(
+    config: RunConfig, on_problem: Problem | None = None
+) -> SampleScorer | VerifierScorer:
+    """The task's verifier or the user's own function (`task.reward`, which reads a group's
+    data row through the prompt set), for the reward role and the held-out score."""
+    task = config.task
+    if task.reward is None:
+        return VerifierScorer(make_verifier(task.verifier), task.verifier)
+    prompt_set = make_prompt_set(task, config.seed)
+    return SampleScorer(UserReward(task, on_problem), prompt_set.train_item)
+
+
+def scorer(
+    config: RunConfig,
+    loading: Callable[[], AbstractContextManager[Any]],
+    on_problem: Problem | None = None,
+) -> GroupScorer:
+    """`text_scorer`, with the reward model (`task.reward_model`) and the generative judge
+    (`task.judge`, each loaded inside `loading()`) when there are."""
+    task = config.task
+    scorer: GroupScorer = text_scorer(config, on_problem)
     if task.reward_model is not None:
         with loading():
             scorer = RewardModelScorer(
@@ -163,13 +179,22 @@ def scorer(task: TaskConfig, loading: Callable[[], AbstractContextManager[Any]])
                 task.reward_model_weight,
                 None if task.reward_model_only else scorer,
             )
+    if task.judge is not None:
+        prompt_set = make_prompt_set(task, config.seed)
+        with loading():
+            scorer = JudgeScorer(
+                task.judge, scorer, lambda index: prompt_set.train_item(index).row, on_problem
+            )
     return scorer
 
 
 def reward(runtime: RoleRuntime) -> RewardScorer:
     """A reward worker with the config's scorer."""
-    return RewardScorer(runtime, scorer(runtime.config.task,
-                                        lambda: runtime.keep_alive("loading reward model")))  # fmt: skip
+
+    def loading() -> AbstractContextManager[Any]:
+        return runtime.keep_alive("loading a reward model or judge")
+
+    return RewardScorer(runtime, scorer(runtime.config, loading, runtime.rejections.record))
 
 
 def checkpoint_store(config: RunConfig) -> CheckpointStore:
@@ -265,27 +290,64 @@ def trainer(
     )
 
 
-def held_out_evaluation(config: RunConfig, policy: Policy) -> HeldOutSet:
-    """The task's held-out prompts, evaluated with `policy` (greedy, so every sharded rank takes
-    the same steps)."""
+def held_out_evaluation(
+    config: RunConfig, policy: Policy, on_problem: Problem | None = None
+) -> HeldOutSet:
+    """The task's held-out prompts and the named evaluation sets (`evaluation.sets`), evaluated
+    with `policy` (greedy, so every sharded rank takes the same steps; a set's samples seeded).
+    The held-out score is the task's verifier's, or `task.reward`'s."""
     held_out = make_prompt_set(config.task, config.seed).eval_items()
-    verifier = make_verifier(config.task.verifier)
+    score = text_scorer(config, on_problem).score_texts
     gen = config.generation
     runner = episode_runner(config, policy)
     if runner is not None:
         with_env = runner
 
         def run_episodes(examples: Sequence[Example], listener: Listener | None) -> Evaluation:
-            return evaluate_episodes(with_env, examples, verifier, gen.max_new_tokens,
+            return evaluate_episodes(with_env, examples, score, gen.max_new_tokens,
                                      listener=listener)  # fmt: skip
 
         return HeldOutSet(held_out, run_episodes)
 
     def run(examples: Sequence[Example], listener: Listener | None) -> Evaluation:
-        return evaluate(policy, examples, verifier, gen.max_new_tokens, gen.min_new_tokens,
+        return evaluate(policy, examples, score, gen.max_new_tokens, gen.min_new_tokens,
                         listener=listener)  # fmt: skip
 
-    return HeldOutSet(held_out, run)
+    def run_part(eval_set: EvalSet, first: int, examples: Sequence[Example]) -> SetSums:
+        return evaluate_set(policy, eval_set, first, examples, gen.max_new_tokens)
+
+    return HeldOutSet(held_out, run, eval_sets(config, on_problem), run_part)
+
+
+def eval_sets(config: RunConfig, on_problem: Problem | None = None) -> tuple[EvalSet, ...]:
+    """The named evaluation sets (`evaluation.sets`), their prompts read like the task's."""
+    built = []
+    for each in config.evaluation.sets:
+        field = f"evaluation.sets.{each.name}.path"
+        examples = read_examples(each.path, config.task, field, each.max_prompts)
+        built.append(
+            EvalSet(
+                each.name,
+                examples,
+                set_scorer(config, each, on_problem),
+                each.num_samples,
+                each.temperature,
+                each.ks,
+                each.pass_threshold,
+                config.seed,
+            )
+        )
+    return tuple(built)
+
+
+def set_scorer(config: RunConfig, each: EvalSetConfig, on_problem: Problem | None) -> TextScorer:
+    """What scores a set: its own verifier or reward function, else the task's."""
+    if each.reward is not None:
+        task = config.task.model_copy(update={"reward": each.reward})
+        return SampleScorer(UserReward(task, on_problem)).score_texts
+    if each.verifier is not None:
+        return VerifierScorer(make_verifier(each.verifier), each.verifier).score_texts
+    return text_scorer(config, on_problem).score_texts
 
 
 def trainer_follower(config: RunConfig, ranks: TrainerRanks, store: RedisStore) -> TrainerFollower:

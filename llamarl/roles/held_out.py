@@ -24,14 +24,15 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llamarl.config import RunConfig
 from llamarl.observe.progress import Listener
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.tasks import Example
-from llamarl.training.evaluate import BATCH_SIZE, Evaluation
+from llamarl.training.eval_sets import EvalSet, SetSums, add_sums, set_metrics
+from llamarl.training.evaluate import BATCH_SIZE, Evaluation, merged
 
 CHUNK = BATCH_SIZE
 """Held-out prompts a chunk: one evaluation batch, so it is computed alike on every role."""
@@ -42,21 +43,42 @@ WAIT_POLL_S = 0.05
 
 @dataclass(frozen=True)
 class HeldOutSet:
-    """The task's held-out prompts and how to evaluate some of them (greedy)."""
+    """The task's held-out prompts and how to evaluate some of them (greedy), followed by the
+    named evaluation sets' prompts (`evaluation.sets`) and how to evaluate a part of a set."""
 
     examples: list[Example]
     evaluate: Callable[[Sequence[Example], Listener | None], Evaluation]
+    sets: tuple[EvalSet, ...] = ()
+    evaluate_part: Callable[[EvalSet, int, Sequence[Example]], SetSums] | None = None
+    """(set, position of the part's first prompt in the set, the part's prompts) -> sums."""
 
     def __call__(self, listener: Listener | None = None) -> Evaluation:
-        """The whole set at once."""
-        return self.evaluate(self.examples, listener)
+        """The whole of it, chunk by chunk (as a shared evaluation computes it)."""
+        return merged([self.chunk(index, listener) for index in range(self.num_chunks)])
+
+    @property
+    def num_prompts(self) -> int:
+        return len(self.examples) + sum(len(s.examples) for s in self.sets)
 
     @property
     def num_chunks(self) -> int:
-        return math.ceil(len(self.examples) / CHUNK)
+        return math.ceil(self.num_prompts / CHUNK)
 
     def chunk(self, index: int, listener: Listener | None = None) -> Evaluation:
-        return self.evaluate(self.examples[index * CHUNK : (index + 1) * CHUNK], listener)
+        """Prompts index * CHUNK up to the next chunk's of the held-out set and then the named
+        sets, each part evaluated its own way."""
+        start, end = index * CHUNK, (index + 1) * CHUNK
+        held = self.examples[start:end]
+        result = self.evaluate(held, listener) if held else Evaluation(0.0, [])
+        offset = len(self.examples)
+        for eval_set in self.sets:
+            first, last = max(start - offset, 0), min(end - offset, len(eval_set.examples))
+            if first < last:
+                assert self.evaluate_part is not None
+                part = self.evaluate_part(eval_set, first, eval_set.examples[first:last])
+                result = merged([result, Evaluation(0.0, [], sets={eval_set.name: part})])
+            offset += len(eval_set.examples)
+        return result
 
 
 @dataclass(frozen=True)
@@ -74,6 +96,8 @@ class EvaluatedChunk:
     ended: float
     """Wall-clock times (time.time()) of the chunk's start and end."""
     worker_id: str
+    sets: dict[str, SetSums] = field(default_factory=dict)
+    """The named evaluation sets' sums over the chunk's prompts of theirs."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +111,7 @@ class HeldOut:
     samples: list[dict[str, Any]]
     wall_s: float
     workers: list[str]
+    sets: dict[str, SetSums]
 
     def into_record(self, record: dict[str, Any]) -> dict[str, Any]:
         """Its fields in a trainer's metrics record (beside the step and version it evaluated);
@@ -96,6 +121,7 @@ class HeldOut:
         record["eval_wall_s"] = self.wall_s
         if self.first_turn_accuracy is not None:
             record["held_out_first_turn_accuracy"] = self.first_turn_accuracy
+        record |= set_metrics(self.sets)
         return {
             "step": self.step,
             "accuracy": self.accuracy,
@@ -112,9 +138,12 @@ def combine(step: int, chunks: list[EvaluatedChunk]) -> HeldOut:
     def mean(values: list[float]) -> float:
         return sum(v * c.num_prompts for v, c in zip(values, chunks, strict=True)) / total
 
-    firsts = [c.first_turn_accuracy for c in chunks]
-    first = None if None in firsts else mean([float(f or 0.0) for f in firsts])
+    firsts = [c.first_turn_accuracy for c in chunks if c.num_prompts]
+    first = None if None in firsts else mean([c.first_turn_accuracy or 0.0 for c in chunks])
     wall_s = max(c.ended for c in chunks) - min(c.started for c in chunks)
+    sets: dict[str, SetSums] = {}
+    for chunk in chunks:
+        sets = add_sums(sets, chunk.sets)
     return HeldOut(
         step,
         chunks[0].policy_version,
@@ -123,6 +152,7 @@ def combine(step: int, chunks: list[EvaluatedChunk]) -> HeldOut:
         chunks[0].samples,
         round(wall_s, 4),
         sorted({c.worker_id for c in chunks}),
+        sets,
     )
 
 
@@ -156,7 +186,7 @@ def parse(text: str) -> EvaluatedChunk:
         raise ValueError(f"first_turn_accuracy: {first!r} is not a number")
     if not 0.0 <= tree["accuracy"] <= 1.0 or not 0 <= tree["chunk"] < tree["num_chunks"]:
         raise ValueError(f"accuracy {tree['accuracy']!r} or chunk {tree['chunk']!r} out of range")
-    if tree["num_prompts"] < 1 or not all(map(math.isfinite, (tree["started"], tree["ended"]))):
+    if tree["num_prompts"] < 0 or not all(map(math.isfinite, (tree["started"], tree["ended"]))):
         raise ValueError("num_prompts, started or ended out of range")
     samples = tree["samples"]
     if len(samples) > MAX_SAMPLES or not all(isinstance(s, dict) for s in samples):
@@ -164,7 +194,21 @@ def parse(text: str) -> EvaluatedChunk:
     return EvaluatedChunk(
         **{name: tree[name] for name in fields},
         first_turn_accuracy=None if first is None else float(first),
+        sets=_set_sums(tree.get("sets")),
     )
+
+
+def _set_sums(value: Any) -> dict[str, SetSums]:
+    """A chunk's `sets`: a map of set names to maps of finite numbers; ValueError otherwise."""
+    if not isinstance(value, dict):
+        raise ValueError(f"sets: {value!r} is not an object")
+    for name, sums in value.items():
+        if not isinstance(sums, dict) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            for v in sums.values()
+        ):
+            raise ValueError(f"sets.{name}: not a map of numbers")
+    return {name: {k: float(v) for k, v in sums.items()} for name, sums in value.items()}
 
 
 def take_part(runtime: RoleRuntime, held_out: HeldOutSet, version: int) -> int:
@@ -180,13 +224,14 @@ def take_part(runtime: RoleRuntime, held_out: HeldOutSet, version: int) -> int:
             version,
             index,
             held_out.num_chunks,
-            min(CHUNK, len(held_out.examples) - index * CHUNK),
+            result.num_prompts,
             result.accuracy,
             result.first_turn_accuracy,
             result.samples[:MAX_SAMPLES] if index == 0 else [],
             started,
             time.time(),
             runtime.worker_id,
+            result.sets,
         )
         store.add_evaluation(json.dumps(asdict(chunk)))
         done += 1

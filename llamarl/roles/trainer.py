@@ -28,7 +28,13 @@ import structlog
 
 from llamarl.algorithms.overlong import overlong_shaping
 from llamarl.bus import Bus, WorkQueue
-from llamarl.engine.rollouts import episode_records, oldest_version, shaped_rewards, train_group
+from llamarl.engine.rollouts import (
+    component_means,
+    episode_records,
+    oldest_version,
+    shaped_rewards,
+    train_group,
+)
 from llamarl.errors import ConfigError, ProtocolError
 from llamarl.observe.metric_sinks import make_metrics
 from llamarl.protocol import Control, ScoredGroup, VersionAnnouncement
@@ -36,10 +42,11 @@ from llamarl.roles.admission import check_scored
 from llamarl.roles.background import LatestOnly
 from llamarl.roles.base import RoleResult
 from llamarl.roles.group_signal import SignalFilter
-from llamarl.roles.held_out import HeldOut, TrainerEvaluations
+from llamarl.roles.held_out import TrainerEvaluations
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.roles.ticket_book import TicketBook
-from llamarl.roles.trainer_durability import SAMPLES_LOG, Checkpointer, resume, rewind_logs
+from llamarl.roles.trainer_durability import Checkpointer, resume, rewind_logs
+from llamarl.roles.trainer_evaluations import EvaluationLog
 from llamarl.topics import CONTROL, SCORED, VERSIONS
 from llamarl.training.checkpoint import Restored, TrainerState
 from llamarl.training.evaluate import Evaluation
@@ -86,12 +93,11 @@ class Trainer:
         self.step = state.step
         self.policy_version = state.policy_version
         self.max_staleness_seen = int(state.counters.get("max_staleness_seen", 0))
-        self.initial_accuracy: float | None = state.counters.get("initial_accuracy")
         run_dir = Path(runtime.config.run_dir)
         self.lost = rewind_logs(run_dir, self.step)
         self.metrics = make_metrics(runtime.config)
         self.trained_log = (run_dir / "trained.jsonl").open("a")
-        self.samples_log = (run_dir / SAMPLES_LOG).open("a")
+        self.evaluations = EvaluationLog(run_dir, state.counters)
         self.buffer: list[ScoredGroup] = []
         config = runtime.config
         self.overlong = overlong_shaping(
@@ -107,20 +113,13 @@ class Trainer:
         self.book = TicketBook()
         self.last: dict[str, Any] = {}
         self.rl_started = self.started
-        self.final_accuracy: float | None = None
-        self.first_turn_accuracy: float | None = None
-        """Episodes: the latest evaluation's accuracy at the model's first turn."""
-        self.first_turn_accuracies: list[float | None] = []
-        """This process's evaluations' first-turn accuracies, the first one's before RL."""
         self.scored: WorkQueue | None = None
         self._announce_bus: Bus | None = None
         self.versions = LatestOnly("version-publisher", self._announce, publisher.discard)
 
     def save_checkpoint(self, always: bool = False) -> None:
         started = self.runtime.clock()
-        counters: dict[str, float] = {"max_staleness_seen": self.max_staleness_seen}
-        if self.initial_accuracy is not None:
-            counters["initial_accuracy"] = self.initial_accuracy
+        counters = {"max_staleness_seen": self.max_staleness_seen} | self.evaluations.counters()
         state = TrainerState(self.step, self.policy_version, counters, list(self.buffer))
         self.checkpointer.save(self.learner, state, self.book.floor, always)
         self.runtime.add_time("checkpoint_s", started)
@@ -173,11 +172,11 @@ class Trainer:
             runtime.counters["resumes"] = 1
         self.book = TicketBook(*runtime.store.ended_tickets())
         self.publish()
-        if self.initial_accuracy is None:
-            self.initial_accuracy = self.held_out_accuracy()
-            self.first_turn_accuracies = [self.first_turn_accuracy]
+        if self.evaluations.initial_accuracy is None:
+            self.evaluations.own(self.step, self._evaluate(), before_rl=True)
             self.save_checkpoint()
-        self.final_accuracy = self.initial_accuracy
+        else:
+            self.evaluations.resumed()
         self.rl_started = runtime.clock()
         config = runtime.config
         # Credit for a step's groups and the next step's, so none that are ready wait upstream.
@@ -275,6 +274,7 @@ class Trainer:
             self.ranks.send(Order("step", step=self.step + 1, groups=tuple(batch)))
         with runtime.keep_alive("running", beat_now=False):  # an LLM's step can outlast the TTL
             record |= self.learner.step([train_group(item, self.overlong) for item in batch])
+        record |= component_means(batch)
         record["train_s"] = runtime.add_time("train_s", started)
         if self.signal.enabled:
             record["groups_skipped"] = self.signal.step_done()
@@ -295,16 +295,13 @@ class Trainer:
         last = self.step == config.trainer.num_steps
         if self.shared is not None:  # the last step's record holds the trainer's own evaluation
             for held_out in self.shared.take(config.sync.timeout_s if last else 0.0):
-                self._record_evaluation({} if last else record, held_out)
+                self.evaluations.shared({} if last else record, held_out)
             started = runtime.clock()
             if self.shared.take_part(self.policy_version):
                 record["eval_s"] = runtime.add_time("eval_s", started)
         if last or (self.shared is None and self.step % config.trainer.eval_every == 0):
             started = runtime.clock()
-            self.final_accuracy = record["held_out_accuracy"] = self.held_out_accuracy()
-            if self.first_turn_accuracy is not None:
-                record["held_out_first_turn_accuracy"] = self.first_turn_accuracy
-                self.first_turn_accuracies.append(self.first_turn_accuracy)
+            record |= self.evaluations.own(self.step, self._evaluate())
             record["eval_s"] = runtime.add_time("eval_s", started)
         if self.step % max(config.trainer.checkpoint_every, 1) == 0:
             self.save_checkpoint()
@@ -319,26 +316,6 @@ class Trainer:
         self.last = record
         return record
 
-    def _record_evaluation(self, record: dict[str, Any], held_out: HeldOut) -> None:
-        """A generator's evaluation into this step's record and RUN_DIR/samples.jsonl."""
-        self.final_accuracy = held_out.accuracy
-        if held_out.first_turn_accuracy is not None:
-            self.first_turn_accuracy = held_out.first_turn_accuracy
-            self.first_turn_accuracies.append(held_out.first_turn_accuracy)
-        self._log_samples(held_out.into_record(record))
-
-    def _log_samples(self, entry: dict[str, Any]) -> None:
-        self.samples_log.write(json.dumps(entry) + "\n")
-        self.samples_log.flush()
-
-    def _first_turn_summary(self) -> dict[str, float | None]:
-        """Episodes: the first-turn accuracy before and after RL (as this process saw them)."""
-        if self.first_turn_accuracy is None:
-            return {}
-        first = self.first_turn_accuracies[0] if self.first_turn_accuracies else None
-        return {"initial_first_turn_accuracy": first,
-                "final_first_turn_accuracy": self.first_turn_accuracy}  # fmt: skip
-
     def _journal(self, batch: list[ScoredGroup], staleness: list[int]) -> None:
         for item, lag in zip(batch, staleness, strict=True):
             entry = {"ticket_id": item.group.ticket_id, "rollout_id": item.group.rollout_id}
@@ -346,17 +323,11 @@ class Trainer:
         self.trained_log.flush()  # before the tickets end: a crash never ends one it lacks
         self.max_staleness_seen = max([self.max_staleness_seen, *staleness])
 
-    def held_out_accuracy(self) -> float:
-        """Evaluate (sharded ranks all at once); log a few completions with their rewards (and
-        append them to RUN_DIR/samples.jsonl)."""
+    def _evaluate(self) -> Evaluation:
+        """The trainer's own evaluation (sharded ranks all at once)."""
         if self.ranks is not None and self.checkpointer.sharded:
             self.ranks.send(Order("evaluate"))
-        result = self.evaluate()
-        self.first_turn_accuracy = result.first_turn_accuracy
-        log.info("samples", step=self.step, accuracy=result.accuracy, samples=result.samples)
-        self._log_samples({"step": self.step, "accuracy": result.accuracy,
-                           "samples": result.samples})  # fmt: skip
-        return result.accuracy
+        return self.evaluate()
 
     def _status(self, record: dict[str, Any]) -> dict[str, Any]:
         """The heartbeat fields the progress line and `llamarl monitor` show."""
@@ -364,8 +335,9 @@ class Trainer:
             "step": self.step,
             "policy_version": self.policy_version,
             "reward_mean": record.get("reward_mean", self.last.get("reward_mean", 0.0)),
-            "held_out_accuracy": self.final_accuracy or 0.0,  # the latest evaluation's
+            "held_out_accuracy": self.evaluations.final_accuracy or 0.0,  # the latest one's
             "max_staleness": self.max_staleness_seen,
+            **self.evaluations.final_sets,  # the named sets' latest metrics
         }
 
     @property
@@ -422,9 +394,7 @@ class Trainer:
             "wall_s": round(runtime.clock() - self.started, 2),
             "rl_wall_s": round(runtime.clock() - self.rl_started, 2),
             "eval_s": round(runtime.counters.get("eval_s", 0.0), 2),
-            "initial_accuracy": self.initial_accuracy,
-            "final_accuracy": self.final_accuracy,
-            **self._first_turn_summary(),
+            **self.evaluations.summary(),
             "max_staleness": self.max_staleness_seen,
             "model": str(model_dir) if self.done else None,
         }
@@ -440,5 +410,5 @@ class Trainer:
             self._announce_bus.close()
         self.metrics.close()
         self.trained_log.close()
-        self.samples_log.close()
+        self.evaluations.close()
         self.publisher.close()

@@ -103,3 +103,16 @@ def _held_out_source(task: TaskConfig, fmt: str | None) -> tuple[datasets.Datase
             "DatasetDict directory)"
         )
     return rows, source
+
+
+def read_examples(
+    path: str, task: TaskConfig, field: str, limit: int | None = None
+) -> list[Example]:
+    """The first `limit` rows (all: None) of another data file, such as an evaluation set's, in
+    file order, read like the task's rows (its fields, template and chat settings); DataError
+    naming `field`, the file and the row of the first problem."""
+    reader = RowReader.of(task)
+    rows, source = open_source(Source(field, path), LEGACY_FORMATS.get(task.kind, task.format))
+    reader.check(rows, source)
+    count = len(rows) if limit is None else min(limit, len(rows))
+    return [reader.example(i, rows[i]) for i in range(count)]

@@ -1,11 +1,13 @@
 """Held-out accuracy: greedy completions (or episodes) of the held-out prompts, scored by the
-task verifier, with the first few kept to show. An episode is judged by its model's last turn;
-its first turn's accuracy is kept too (for `retry`: right at the first try)."""
+task's scorer (its verifier, or `task.reward`), with the first few kept to show. An episode is
+judged by its model's last turn; its first turn's accuracy is kept too (for `retry`: right at
+the first try). Evaluations of parts of the held-out set (and of the named evaluation sets,
+`llamarl.training.eval_sets`) combine with `merged`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from llamarl.engine.episodes import EpisodeRunner, Sampling
@@ -13,8 +15,9 @@ from llamarl.engine.model import Policy
 from llamarl.engine.rollouts import completion_texts
 from llamarl.engine.sampling import sample
 from llamarl.observe.progress import Listener, Progress
-from llamarl.rewards.verifiers import Verifier
+from llamarl.rewards.scorers import TextScorer
 from llamarl.tasks import Example
+from llamarl.training.eval_sets import SetSums, add_sums
 
 BATCH_SIZE = 100
 """Held-out prompts decoded at once."""
@@ -30,12 +33,38 @@ class Evaluation:
     episode's: its turns, turn by turn, and why it ended)."""
     first_turn_accuracy: float | None = None
     """Episodes only: the verifier on the model's first turn."""
+    num_prompts: int = 0
+    """Held-out prompts the accuracy is over (a part of the set may have none)."""
+    sets: dict[str, SetSums] = field(default_factory=dict)
+    """The named evaluation sets' sums (`llamarl.training.eval_sets`)."""
+
+
+def merged(parts: Sequence[Evaluation]) -> Evaluation:
+    """The evaluation that `parts` (of one set of prompts, in order) make together: accuracies
+    weighted by their prompts, the first part's samples, the sets' sums added."""
+    total = sum(p.num_prompts for p in parts)
+
+    def mean(values: list[float]) -> float:
+        weighted = sum(v * p.num_prompts for v, p in zip(values, parts, strict=True))
+        return weighted / total if total else 0.0
+
+    firsts = [p.first_turn_accuracy for p in parts if p.num_prompts]
+    first = (
+        None
+        if not firsts or None in firsts
+        else mean([p.first_turn_accuracy or 0.0 for p in parts])
+    )
+    sets: dict[str, SetSums] = {}
+    for part in parts:
+        sets = add_sums(sets, part.sets)
+    samples = next((p.samples for p in parts if p.samples), [])
+    return Evaluation(mean([p.accuracy for p in parts]), samples, first, total, sets)
 
 
 def evaluate(
     policy: Policy,
     examples: Sequence[Example],
-    verifier: Verifier,
+    score: TextScorer,
     max_new_tokens: int,
     min_new_tokens: int = 0,
     batch_size: int = BATCH_SIZE,
@@ -52,7 +81,7 @@ def evaluate(
             min_new_tokens=min_new_tokens, greedy=True,
         )  # fmt: skip
         texts = completion_texts(policy, batch)
-        rewards = [verifier(t, e.answer) for t, e in zip(texts, chunk, strict=True)]
+        rewards = [score(e, [t], [[]])[0] for t, e in zip(texts, chunk, strict=True)]
         correct += sum(rewards)
         for text, example, reward in zip(texts, chunk, rewards, strict=True):
             if len(samples) < SAMPLES:
@@ -60,13 +89,13 @@ def evaluate(
                                 "answer": example.answer, "reward": reward})  # fmt: skip
         progress.update(len(chunk))
     progress.close(accuracy=round(correct / len(examples), 4))
-    return Evaluation(correct / len(examples), samples)
+    return Evaluation(correct / len(examples), samples, num_prompts=len(examples))
 
 
 def evaluate_episodes(
     runner: EpisodeRunner,
     examples: Sequence[Example],
-    verifier: Verifier,
+    score: TextScorer,
     max_turn_tokens: int,
     batch_size: int = BATCH_SIZE,
     listener: Listener | None = None,
@@ -79,9 +108,10 @@ def evaluate_episodes(
         chunk = examples[start : start + batch_size]
         for episode in runner.run(chunk, 1, greedy, version=lambda: -1):
             texts = episode.model_texts() or [""]
-            reward = verifier(texts[-1], episode.example.answer)
+            example, turns = episode.example, episode.record()["turns"]
+            reward = score(example, [texts[-1]], [turns])[0]
             correct += reward
-            first_right += verifier(texts[0], episode.example.answer)
+            first_right += score(example, [texts[0]], [turns[:1]])[0]
             if len(samples) < SAMPLES:
                 samples.append(episode.record() | {
                     "prompt": episode.example.prompt, "completion": texts[-1],
@@ -89,4 +119,4 @@ def evaluate_episodes(
         progress.update(len(chunk))
     accuracy = correct / len(examples)
     progress.close(accuracy=round(accuracy, 4))
-    return Evaluation(accuracy, samples, first_right / len(examples))
+    return Evaluation(accuracy, samples, first_right / len(examples), len(examples))

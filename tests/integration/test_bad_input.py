@@ -87,6 +87,8 @@ CASES = [
          lambda t: _chat_data(t, '{"messages": "hi", "answer": "2"}\n'), 2),
     Case("chat rows with the built model",
          lambda t: _run(t, task={"kind": "file", "path": "chat.jsonl", "messages_field": "messages"}), 2),
+    Case("a reward that returns a string",
+         lambda t: _run(t, task={"num_digits": 1, "num_eval": 4, "reward": "tests.user_rewards:says_yes"}), 2),
     Case("a broker port in use", _busy_port, 2),
     Case("a broker port in use (llamarl run)",
          lambda t: _run(t, broker={"port": int((t / "port").read_text())}), 2),

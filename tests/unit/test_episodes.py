@@ -17,7 +17,7 @@ from llamarl.envs.registry import EnvFactory, environment_class
 from llamarl.errors import ConfigError, ProtocolError
 from llamarl.protocol import ScoredGroup, TypedArray
 from llamarl.rewards import make_verifier
-from llamarl.rewards.scorers import FunctionScorer
+from llamarl.rewards.scorers import VerifierScorer
 from llamarl.roles.admission import check_scored
 from llamarl.tasks import make_prompt_set
 from llamarl.training.learner import Learner
@@ -150,7 +150,7 @@ def test_an_environment_that_raises_ends_its_episode_and_the_trainer_refuses_its
 def test_environment_rewards_win_over_the_scorer_and_records_are_checked() -> None:
     episodes = play(runner("tests.episode_envs:TwoTurnEnv"), num_samples=2)
     group = pack_episodes(episodes, examples(), [(0, 0), (1, 0)])[0]
-    scored = score_group(group, FunctionScorer(lambda text, answer: 0.5, "half"))
+    scored = score_group(group, VerifierScorer(lambda text, answer: 0.5, "half"))
     given = [e.reward for e in episodes[:2]]
     assert list(scored.rewards.to_numpy()) == given and scored.scorer == "environment"
     check_scored(scored, vocab_size=64, policy_version=3)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +30,7 @@ from llamarl.roles.held_out import (
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.store.memory import MemoryStore
 from llamarl.tasks import Example
+from llamarl.training.eval_sets import EvalSet, SetSums, set_metrics
 from llamarl.training.evaluate import Evaluation
 
 GOOD = EvaluatedChunk(
@@ -70,7 +72,7 @@ def held_out_set(num_prompts: int, seen: list[tuple[str, ...]]) -> HeldOutSet:
     def evaluate(batch: Sequence[Example], listener: Listener | None) -> Evaluation:
         seen.append(tuple(e.prompt for e in batch))
         right = sum(1 for e in batch if e.index % 2 == 0)
-        return Evaluation(right / len(batch), [{"prompt": batch[0].prompt}])
+        return Evaluation(right / len(batch), [{"prompt": batch[0].prompt}], None, len(batch))
 
     return HeldOutSet(examples, evaluate)
 
@@ -170,3 +172,49 @@ def test_at_the_last_step_the_trainer_waits_for_every_claimed_chunk(tmp_path: Pa
     started = time.monotonic()
     assert trainer.take(wait_s=0.2) == [], "a claim never fulfilled is given up on"
     assert time.monotonic() - started >= 0.2
+
+
+def test_named_sets_ride_in_the_chunks_after_the_held_out_prompts(tmp_path: Path) -> None:
+    """Chunks run across the held-out prompts into a named set's; each part is evaluated its
+    own way, the held-out accuracy stays over held-out prompts only, and the set's sums add up
+    the same whether one process evaluates everything or the chunks are shared."""
+    seen: list[tuple[str, ...]] = []
+    parts: list[tuple[int, int]] = []
+    base = held_out_set(CHUNK + 30, seen)
+    extra = EvalSet(
+        "extra",
+        [Example(i, f"q{i}", "0") for i in range(CHUNK + 20)],
+        lambda e, texts, turns: [0.0],
+        0,
+        1.0,
+        (),
+        1.0,
+        0,
+    )
+
+    def part(eval_set: EvalSet, first: int, examples: Sequence[Example]) -> SetSums:
+        parts.append((first, len(examples)))
+        solved = sum(1 for e in examples if e.index % 4 == 0)
+        return {"prompts": float(len(examples)), "greedy": float(solved)}
+
+    held_out = HeldOutSet(base.examples, base.evaluate, (extra,), part)
+    assert held_out.num_chunks == 3
+    whole = held_out()
+    assert parts == [(0, CHUNK - 30), (CHUNK - 30, 50)], "each chunk's share of the set"
+    assert whole.num_prompts == CHUNK + 30
+    assert whole.accuracy == pytest.approx(
+        sum(1 for i in range(CHUNK + 30) if i % 2 == 0) / (CHUNK + 30)
+    )
+    expected = sum(1 for i in range(CHUNK + 20) if i % 4 == 0) / (CHUNK + 20)
+    assert set_metrics(whole.sets) == {"eval/extra/greedy": pytest.approx(expected)}
+    store = MemoryStore()
+    trainer = TrainerEvaluations(runtime(tmp_path, store, "trainer"), held_out)
+    generator = GeneratorEvaluations(runtime(tmp_path, store, "generator-0"), held_out)
+    trainer.open_if_due(step=6, version=6)
+    generator.after_version(6)
+    (shared,) = trainer.take()
+    assert shared.accuracy == pytest.approx(whole.accuracy)
+    record: dict[str, Any] = {}
+    shared.into_record(record)
+    assert record["eval/extra/greedy"] == pytest.approx(expected)
+    assert record["held_out_accuracy"] == pytest.approx(whole.accuracy)

@@ -21,7 +21,7 @@ from llamarl.errors import ConfigError
 from llamarl.launch import sync_run
 from llamarl.launch.sync_run import run_sync
 from llamarl.protocol import Control
-from llamarl.rewards.custom import load_reward
+from llamarl.rewards.custom import UserReward
 from llamarl.roles import build
 from llamarl.roles.base import RoleResult, run_role
 from llamarl.roles.runtime import BusyTimer, RoleRuntime
@@ -30,6 +30,7 @@ from llamarl.roles.trainer_durability import resume, rewind_logs
 from llamarl.store import MemoryStore, WorkerInfo
 from llamarl.topics import CONTROL, ROLLOUTS, SCORED
 from llamarl.training.checkpoint import TrainerState
+from llamarl.training.evaluate import Evaluation
 from llamarl.training.export import export
 from tests.factories import FakeClock, rollout_group
 
@@ -206,9 +207,9 @@ def test_a_custom_reward_function_scores_training_and_bad_ones_are_refused(
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [r["reward_mean"] for r in records] == [0.25, 0.25]
     with pytest.raises(ConfigError, match="task.reward no_such_module:f: cannot import"):
-        load_reward("no_such_module:f")
+        UserReward(_config(tmp_path, task={"reward": "no_such_module:f"}).task)
     with pytest.raises(ConfigError, match="has no function NOT_A_FUNCTION"):
-        load_reward("quarter_reward:NOT_A_FUNCTION")
+        UserReward(_config(tmp_path, task={"reward": "quarter_reward:NOT_A_FUNCTION"}).task)
     with pytest.raises(ConfigError, match="task.reward"):
         _config(tmp_path, task={"reward": "not a spec"})
 
@@ -238,7 +239,9 @@ def test_the_trainers_heartbeat_shows_its_latest_evaluation(
 
     monkeypatch.setattr(sync_run, "MemoryStore", RecordingStore)
     evaluations = iter([0.1, 0.2, 0.3, 0.4])  # a different accuracy at each evaluation
-    monkeypatch.setattr(Trainer, "held_out_accuracy", lambda self: next(evaluations))
+    monkeypatch.setattr(
+        Trainer, "_evaluate", lambda self: Evaluation(next(evaluations), [], None, 4)
+    )
     trainer = {"prompts_per_step": 2, "num_steps": 5, "eval_every": 2, "sft_steps": 0}
     summary = sync_run.run_sync(_config(tmp_path, trainer=trainer))
     evaluated = {0: summary["initial_accuracy"]} | {
