@@ -156,6 +156,12 @@ class RunConfig(_Section):
                 "fsdp ranks evaluate together, step for step, and an environment's timing can "
                 "end an episode on one rank and not another; use sharding: ddp",
             )
+        if self.evaluation.sets:
+            raise FieldConflict(
+                ("evaluation.sets", "environment.kind"),
+                "evaluation sets are single-turn completions; an episode run evaluates its "
+                "held-out prompts as episodes (drop evaluation.sets)",
+            )
         if self.sampling.overlong != "off":
             raise FieldConflict(
                 ("sampling.overlong", "environment.kind"),

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from llamarl.config import ModelConfig, parse_config
 from llamarl.engine.model import build_policy, save_policy
+from llamarl.errors import ConfigError
 from llamarl.launch.startup import startup_summary
 from llamarl.tasks import make_prompt_set
 from llamarl.training.sft import starting_policy
@@ -73,3 +75,14 @@ def test_the_summary_names_every_evaluation_set_and_what_sync_does_not_keep() ->
         "my_rewards:score"
     )
     assert lines[4] == "    set hard: the first 50 rows of hard.jsonl, greedy, final_int"
+
+
+def test_evaluation_sets_are_refused_in_an_episode_run() -> None:
+    with pytest.raises(ConfigError, match="evaluation.sets, environment.kind: evaluation sets are"):
+        parse_config(
+            {
+                "environment": {"kind": "calculator", "tools": ["calculator"]},
+                "model": {"extra_characters": '<>/{}":abcdeilmnortuclator'},
+                "evaluation": {"sets": [{"name": "x", "path": "x.jsonl"}]},
+            }
+        )
