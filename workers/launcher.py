@@ -50,7 +50,6 @@ def main(args: argparse.Namespace) -> int:
     run_dir = prepare_run_dir(config, resume=args.resume)
     plan = plan_layout(config, args.config, args.launcher)
     config, split = plan.config, plan.split
-    print(startup_summary(config, plan.kind), file=sys.stderr, flush=True)
     services = None
     try:  # a service that does not start is one line (llamarl.commands), never a traceback
         if config.redis.url is None:
@@ -58,6 +57,8 @@ def main(args: argparse.Namespace) -> int:
         env = worker_env(split, (services.env() if services is not None else {}) | plan.overrides)
         url = services.redis_url if services is not None else str(config.redis.url)
         check_redis(config, url)
+        # What will run, once it can: a bad input before this point is its one line alone.
+        print(startup_summary(config, plan.kind), file=sys.stderr, flush=True)
         if args.launcher == "ray":
             with ray_spawn(config, split, env, args.config, args.ray_address) as actors:
                 return run_roles(config, url, actors, split, services)

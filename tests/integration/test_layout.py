@@ -101,11 +101,11 @@ def test_auto_takes_turns_for_a_trainer_bound_config_and_a_killed_run_resumes(
     """Where lock-step used to be chosen (a trainer-bound profile), auto starts colocated and
     says so; the launcher's process group SIGKILLed mid-run, `--resume` carries the run on from
     its Redis AOF and checkpoint, and every ticket is trained exactly once."""
-    steps = 24
+    steps = 12
     config = write_config(
         tmp_path,
         "turns",
-        trainer={"num_steps": steps, "eval_every": steps, "checkpoint_every": 3},
+        trainer={"num_steps": steps, "eval_every": steps, "checkpoint_every": 2},
         staleness={"lease_s": 2.0},
     )
     run_dir = tmp_path / "turns"
@@ -121,7 +121,7 @@ def test_auto_takes_turns_for_a_trainer_bound_config_and_a_killed_run_resumes(
         start_new_session=True,
     )
     try:
-        wait_for_steps(run_dir, 8, proc)
+        wait_for_steps(run_dir, 5, proc)
         tree = supervise.descendants(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
         _, err = proc.communicate(timeout=30)
