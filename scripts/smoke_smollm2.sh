@@ -5,7 +5,7 @@
 # (models/smollm2-135m), runs configs/smollm2_arithmetic.yaml for 2 steps on 8 held-out prompts
 # and checks each summary (the async run as a split layout: auto would profile first, and might
 # take turns colocated, leaving the split path untested). Run by CI after `make test`; about
-# 8 minutes on 2 cores.
+# 6 minutes on 2 cores with the model import, 2 without (measured).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/python -m pip install --quiet -e ".[gguf]"
