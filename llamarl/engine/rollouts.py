@@ -108,11 +108,11 @@ def score_group(group: RolloutGroup, scorer: GroupScorer) -> ScoredGroup:
 
 
 def component_means(batch: Sequence[ScoredGroup]) -> dict[str, float]:
-    """`reward_<name>`: the mean over `batch`'s groups of each named part of their rewards (a
+    """`reward/<name>`: the mean over `batch`'s groups of each named part of their rewards (a
     group without the part counts as 0)."""
     names = sorted({name for scored in batch for name in scored.components})
     return {
-        f"reward_{name}": sum(s.components.get(name, 0.0) for s in batch) / len(batch)
+        f"reward/{name}": sum(s.components.get(name, 0.0) for s in batch) / len(batch)
         for name in names
     }
 

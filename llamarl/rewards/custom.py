@@ -4,7 +4,7 @@ The function is called with the arguments its signature names, out of `completio
 `prompt`, `row` (the data row the prompt came from, every field) and `turns` (an episode's
 turns, else []); one that takes `**kwargs` gets them all, and one whose parameters have other
 names gets (completion, answer) by position. It returns a float, or a dict of named float
-components: each is logged on its own (`reward_<name>`), and the reward is their sum, or their
+components: each is logged on its own (`reward/<name>`), and the reward is their sum, or their
 weighted sum (`task.reward_weights`). It may be `async def` (a group's calls are awaited at
 once), or batched (`task.reward_batched`: every argument a list, one entry per completion, and
 a list back).
@@ -29,7 +29,7 @@ import structlog
 
 from llamarl.config import TaskConfig
 from llamarl.errors import ConfigError
-from llamarl.rewards.deadline import RewardTimeout, await_all_within, call_within
+from llamarl.rewards.deadline import EventLoop, RewardTimeout, call_within
 from llamarl.user_code import load_named
 
 log = structlog.get_logger(__name__)
@@ -103,6 +103,7 @@ class UserReward:
         self.function = function
         self.names = _argument_names(function, task.reward)
         self.is_async = inspect.iscoroutinefunction(function)
+        self.loop = EventLoop.shared() if self.is_async else None
         self.batched = task.reward_batched
         self.timeout_s = task.reward_timeout_s
         self.weights = task.reward_weights
@@ -123,15 +124,15 @@ class UserReward:
         """Each sample's outcome; FAILED for one whose call failed or was cut (counted)."""
         if self.batched:
             return self._score_batch(samples)
-        if self.is_async:
+        if self.loop is not None:
             calls = [self._async_call([s]) for s in samples]
-            results = await_all_within(self.timeout_s, calls)
+            results = self.loop.await_all(self.timeout_s, calls)
             return [self._settle(result, 1)[0] for result in results]
         return [self._settle(self._sync_call([s]), 1)[0] for s in samples]
 
     def _score_batch(self, samples: Sequence[Sample]) -> list[Outcome]:
-        if self.is_async:
-            result = await_all_within(self.timeout_s, [self._async_call(samples)])[0]
+        if self.loop is not None:
+            result = self.loop.await_all(self.timeout_s, [self._async_call(samples)])[0]
         else:
             result = self._sync_call(samples)
         return self._settle(result, len(samples))
@@ -150,6 +151,7 @@ class UserReward:
     def _settle(self, result: Any, count: int) -> list[Outcome]:
         """The outcomes a call's result (or the exception it raised) gives `count` samples."""
         if isinstance(result, RewardTimeout):
+            log.warning("reward cut", reward=self.spec, timeout_s=self.timeout_s)
             self.on_problem("reward_timeout", f"{self.spec}: past {self.timeout_s:g} s")
             return [FAILED] * count
         if isinstance(result, BaseException):
@@ -213,18 +215,25 @@ def check_reward(task: TaskConfig, sample: Sample, where: str) -> None:
     reward = UserReward(task)
     args, kwargs = reward._arguments([sample])
     try:
-        value = reward.function(*args, **kwargs)
-        if reward.is_async:
-            value = await_all_within(reward.timeout_s, [lambda: value])[0]
+        value = call_within(reward.timeout_s, lambda: reward.function(*args, **kwargs))
+        if reward.loop is not None:
+            value = reward.loop.await_all(reward.timeout_s, [lambda: value])[0]
             if isinstance(value, BaseException):
                 raise value
-        values = value if reward.batched and isinstance(value, list) else [value]
+        if reward.batched and not (isinstance(value, list) and len(value) == 1):
+            raise BadReturn(f"a {type(value).__name__}, not a list of one (task.reward_batched)")
+        values = value if reward.batched else [value]
         for each in values:
             outcome_of(each, reward.weights)
     except BadReturn as err:
         raise ConfigError(
             f"task.reward {task.reward} returned {err} for {where}; return a float or a dict "
             "of named floats"
+        ) from None
+    except RewardTimeout:
+        raise ConfigError(
+            f"task.reward {task.reward} took longer than task.reward_timeout_s "
+            f"({task.reward_timeout_s:g} s) on {where}"
         ) from None
     except Exception as err:  # user code failing on a real row: worth a line before anything starts
         raise ConfigError(

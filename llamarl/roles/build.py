@@ -284,7 +284,8 @@ def trainer(
                                 config.trainer.sharding == "fsdp", ranks)  # fmt: skip
     shared = None
     if not evaluates_all and shares_evaluations(config):
-        shared = TrainerEvaluations(runtime, evaluation)
+        counters = restored.state.counters if restored is not None else {}
+        shared = TrainerEvaluations(runtime, evaluation, counters)
     return Trainer(
         runtime, learner_, publisher, checkpointer, evaluate_now, restored, started, ranks, shared
     )

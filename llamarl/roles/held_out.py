@@ -39,6 +39,8 @@ CHUNK = BATCH_SIZE
 MAX_SAMPLES = 16
 """Samples an entry may carry (an evaluation shows a few)."""
 WAIT_POLL_S = 0.05
+OPEN = "eval_open:"
+"""Prefix of an opened evaluation's version among a checkpoint's counters."""
 
 
 @dataclass(frozen=True)
@@ -274,11 +276,19 @@ class TrainerEvaluations:
     """The trainer's side: open the evaluation of each evaluation step's version (before it is
     announced), take part in it, and collect the evaluations whose every chunk has come in."""
 
-    def __init__(self, runtime: RoleRuntime, held_out: HeldOutSet) -> None:
+    def __init__(
+        self, runtime: RoleRuntime, held_out: HeldOutSet, counters: dict[str, float] | None = None
+    ) -> None:
         self.runtime = runtime
         self.held_out = held_out
-        self.opened: dict[int, int] = {}
-        """Version -> the step whose evaluation it is (this process's openings only)."""
+        self.opened: dict[int, int] = {
+            int(key[len(OPEN) :]): int(step)
+            for key, step in (counters or {}).items()
+            if key.startswith(OPEN)
+        }
+        """Version -> the step whose evaluation it is, until it is recorded: this process's
+        openings, and those a checkpoint it resumed from had not recorded yet (their chunks are
+        read again from the start of the store's list)."""
         self.seen = 0
         self.partial: dict[int, list[EvaluatedChunk]] = {}
 
@@ -288,6 +298,10 @@ class TrainerEvaluations:
         if step % trainer.eval_every == 0 and step < trainer.num_steps:
             self.runtime.store.open_evaluation(version)
             self.opened[version] = step
+
+    def counters(self) -> dict[str, float]:
+        """What a checkpoint keeps: the evaluations opened and not yet recorded."""
+        return {f"{OPEN}{version}": float(step) for version, step in self.opened.items()}
 
     def take_part(self, version: int) -> int:
         """Evaluate chunks of `version`'s evaluation, if this process opened one; how many."""
@@ -319,4 +333,5 @@ class TrainerEvaluations:
             parts.append(chunk)
             if len({c.chunk for c in parts}) == chunk.num_chunks:
                 done.append(combine(step, self.partial.pop(chunk.policy_version)))
+                del self.opened[chunk.policy_version]
         return sorted(done, key=lambda h: h.step)

@@ -120,6 +120,8 @@ class Trainer:
     def save_checkpoint(self, always: bool = False) -> None:
         started = self.runtime.clock()
         counters = {"max_staleness_seen": self.max_staleness_seen} | self.evaluations.counters()
+        if self.shared is not None:
+            counters |= self.shared.counters()
         state = TrainerState(self.step, self.policy_version, counters, list(self.buffer))
         self.checkpointer.save(self.learner, state, self.book.floor, always)
         self.runtime.add_time("checkpoint_s", started)

@@ -21,6 +21,7 @@ from llamarl.training.evaluate import Evaluation
 log = structlog.get_logger(__name__)
 INITIAL = "initial:"
 """Prefix of the sets' first metrics among the checkpoint's counters."""
+INITIAL_FIRST_TURN = "initial_first_turn_accuracy"
 
 
 class EvaluationLog:
@@ -33,8 +34,9 @@ class EvaluationLog:
         self.final_sets: dict[str, float] = {}
         self.first_turn_accuracy: float | None = None
         """Episodes: the latest evaluation's accuracy at the model's first turn."""
-        self.first_turn_accuracies: list[float | None] = []
-        """This process's evaluations' first-turn accuracies, the first one's before RL."""
+        first_turn = counters.get(INITIAL_FIRST_TURN)
+        self.first_turn_accuracies: list[float | None] = [] if first_turn is None else [first_turn]
+        """The evaluations' first-turn accuracies, the one before RL first (kept by a resume)."""
         self.samples_log = (run_dir / SAMPLES_LOG).open("a")
 
     def own(self, step: int, result: Evaluation, before_rl: bool = False) -> dict[str, float]:
@@ -69,9 +71,10 @@ class EvaluationLog:
         """What a checkpoint keeps: the evaluation before RL."""
         if self.initial_accuracy is None:
             return {}
-        return {"initial_accuracy": self.initial_accuracy} | {
-            INITIAL + k: v for k, v in self.initial_sets.items()
-        }
+        kept = {"initial_accuracy": self.initial_accuracy}
+        if self.first_turn_accuracies and self.first_turn_accuracies[0] is not None:
+            kept[INITIAL_FIRST_TURN] = self.first_turn_accuracies[0]
+        return kept | {INITIAL + k: v for k, v in self.initial_sets.items()}
 
     def summary(self) -> dict[str, Any]:
         """The run summary's evaluation fields."""

@@ -104,12 +104,6 @@ class RowReader:
         (or has no prompt), no answer."""
         columns = set(rows.column_names)
         fields = ", ".join(sorted(columns))
-        for name in self._needed(columns):
-            if name not in columns:
-                hint = ""
-                if name == self.prompt_field and "messages" in columns:
-                    hint = "; chat rows: set task.messages_field: messages"
-                raise source.row_error(1, f"lacks {name!r} (its fields: {fields}{hint})")
         if self.prompt_template is not None:
             unknown = sorted(template_fields(self.prompt_template) - columns)
             if unknown:
@@ -118,6 +112,12 @@ class RowReader:
                     f"has no field {unknown[0]!r} that task.prompt_template names "
                     f"(its fields: {fields})",
                 )
+        for name in self._needed(columns):
+            if name not in columns:
+                hint = ""
+                if name == self.prompt_field and "messages" in columns:
+                    hint = "; chat rows: set task.messages_field: messages"
+                raise source.row_error(1, f"lacks {name!r} (its fields: {fields}{hint})")
         for name in self._needed(columns):
             first = _first_null(rows, name)
             if first is not None:
@@ -132,8 +132,9 @@ class RowReader:
             if self.answer_field not in columns:
                 return [self.messages_field]
             return [self.messages_field, self.answer_field]
-        prompt = [self.prompt_field] if self.prompt_template is None else []
-        return [*prompt, self.answer_field]
+        if self.prompt_template is None:
+            return [self.prompt_field, self.answer_field]
+        return [*sorted(template_fields(self.prompt_template)), self.answer_field]
 
     def _check_conversations(
         self, rows: datasets.Dataset, source: Source, need_reply: bool

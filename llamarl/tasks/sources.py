@@ -57,16 +57,17 @@ def _datasets() -> ModuleType:
 
 
 def file_format(path: Path, named: str | None) -> str:
-    """The builder for a data file: `named`, else its extension's."""
+    """The builder for a data file: its extension's, else `named` (task.format: for the files
+    whose extension does not say it)."""
+    known = FORMATS.get(path.suffix.lower())
+    if known is not None:
+        return known
     if named is not None:
         return named
-    try:
-        return FORMATS[path.suffix.lower()]
-    except KeyError:
-        raise DataError(
-            f"{path}: no format known for extension {path.suffix or '(none)'!r}; name it with "
-            "task.format: json, parquet or csv (and kind: file)"
-        ) from None
+    raise DataError(
+        f"{path}: no format known for extension {path.suffix or '(none)'!r}; name it with "
+        "task.format: json, parquet or csv (and kind: file)"
+    )
 
 
 def open_source(source: Source, named_format: str | None) -> tuple[datasets.Dataset, Source]:

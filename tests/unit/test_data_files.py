@@ -409,3 +409,21 @@ def test_empty_and_missing_splits_are_refused(tmp_path: Path) -> None:
 def test_data_fields_that_disagree_are_refused(fields: dict[str, Any], error: str) -> None:
     with pytest.raises(ValueError, match=re.escape(error)):
         TaskConfig.model_validate({"kind": "file", "path": "p.jsonl"} | fields)
+
+
+def test_a_field_the_template_names_may_not_be_null(tmp_path: Path) -> None:
+    rows = [{"q": "1+1", "answer": "2"}, {"q": "2+2", "answer": "4"}, {"q": None, "answer": "6"}]
+    path = _jsonl(tmp_path / "nulls.jsonl", rows)
+    with pytest.raises(DataError, match=r"nulls.jsonl: row 3 lacks 'q'"):
+        _file_set(path, prompt_template="What is {q}?", num_eval=1)
+
+
+def test_task_format_reads_only_files_whose_extension_does_not_say(tmp_path: Path) -> None:
+    """format: csv names the format of a .txt file; the .parquet held-out file stays Parquet."""
+    (tmp_path / "train.txt").write_text("question,answer\n1+1,2\n2+2,4\n3+3,6\n")
+    pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "held.parquet")
+    prompt_set = _file_set(
+        tmp_path / "train.txt", format="csv", eval_path=str(tmp_path / "held.parquet")
+    )
+    assert sorted(_train_prompts(prompt_set)) == ["1+1", "2+2", "3+3"]
+    assert len(prompt_set.eval_items()) == len(ROWS)

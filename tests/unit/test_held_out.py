@@ -28,6 +28,7 @@ from llamarl.roles.held_out import (
     parse,
 )
 from llamarl.roles.runtime import RoleRuntime
+from llamarl.roles.trainer_evaluations import EvaluationLog
 from llamarl.store.memory import MemoryStore
 from llamarl.tasks import Example
 from llamarl.training.eval_sets import EvalSet, SetSums, set_metrics
@@ -218,3 +219,41 @@ def test_named_sets_ride_in_the_chunks_after_the_held_out_prompts(tmp_path: Path
     shared.into_record(record)
     assert record["eval/extra/greedy"] == pytest.approx(expected)
     assert record["held_out_accuracy"] == pytest.approx(whole.accuracy)
+
+
+def test_a_resumed_trainer_records_the_evaluation_its_checkpoint_had_not(tmp_path: Path) -> None:
+    """The checkpoint of an evaluation step is written before that evaluation's chunks are all
+    in; the trainer that resumes from it still records that evaluation, once."""
+    store, seen = MemoryStore(), []
+    held_out = held_out_set(CHUNK + 50, seen)
+    first = TrainerEvaluations(runtime(tmp_path, store, "trainer"), held_out)
+    first.open_if_due(step=6, version=6)
+    assert store.claim_evaluation_chunk(6, held_out.num_chunks) == 0  # a generator's
+    assert first.take_part(6) == 1
+    counters = first.counters()  # the step-6 checkpoint; then the trainer dies
+    assert counters == {"eval_open:6": 6.0}
+    resumed = TrainerEvaluations(runtime(tmp_path, store, "trainer"), held_out, counters)
+    store.add_evaluation(json.dumps(asdict(GOOD) | {"policy_version": 6, "num_chunks": 2}))
+    (whole,) = resumed.take()
+    assert (whole.step, whole.policy_version) == (6, 6)
+    assert resumed.counters() == {}, "recorded: the next checkpoint no longer carries it"
+    assert resumed.take() == []
+
+
+def test_a_resumed_trainers_summary_keeps_the_evaluation_before_rl(tmp_path: Path) -> None:
+    sums = {"s": {"prompts": 4.0, "greedy": 1.0}}
+    fresh = EvaluationLog(tmp_path, {})
+    fresh.own(0, Evaluation(0.1, [], 0.05, 8, sums), before_rl=True)
+    resumed = EvaluationLog(tmp_path, fresh.counters())  # the trainer after --resume
+    resumed.resumed()
+    assert resumed.summary()["final_accuracy"] == 0.1
+    later = {"s": {"prompts": 4.0, "greedy": 3.0}}
+    resumed.own(40, Evaluation(0.6, [], 0.5, 8, later))
+    summary = resumed.summary()
+    assert (summary["initial_accuracy"], summary["final_accuracy"]) == (0.1, 0.6)
+    first_turn = (summary["initial_first_turn_accuracy"], summary["final_first_turn_accuracy"])
+    assert first_turn == (0.05, 0.5)
+    assert summary["initial_evaluations"] == {"eval/s/greedy": 0.25}
+    assert summary["final_evaluations"] == {"eval/s/greedy": 0.75}
+    fresh.close()
+    resumed.close()

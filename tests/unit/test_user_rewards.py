@@ -68,9 +68,9 @@ def test_a_reward_reading_a_row_field_and_returning_components_is_scored_and_log
     assert scored.components == {"right": 0.0, "short": pytest.approx(1 / 3), "has_a": 1.0}
     assert scored.rewards.to_numpy().tolist() == pytest.approx([0.5 / 3 + 1.0] * 2)
     assert component_means([scored, scored]) == {
-        "reward_has_a": 1.0,
-        "reward_right": 0.0,
-        "reward_short": pytest.approx(1 / 3),
+        "reward/has_a": 1.0,
+        "reward/right": 0.0,
+        "reward/short": pytest.approx(1 / 3),
     }
     # A prompt that does not hold row['a']: has_a is 0; "46" is right for 40+6.
     right = Example(7, "4+6=", "10", row={"a": 40, "b": 6})
@@ -97,8 +97,8 @@ def test_components_are_logged_in_a_runs_metrics(
     )
     summary = run_sync(config)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
-    assert [r["reward_sum_known"] for r in records] == [1.0, 1.0]
-    assert [r["reward_zero"] for r in records] == [0.0, 0.0]
+    assert [r["reward/sum_known"] for r in records] == [1.0, 1.0]
+    assert [r["reward/zero"] for r in records] == [0.0, 0.0]
     assert [r["reward_mean"] for r in records] == [1.0, 1.0]
     # The held-out score is the reward's too (its row is the held-out example's).
     assert summary["final_accuracy"] == 1.0
@@ -212,3 +212,56 @@ def test_pass_at_k_matches_a_hand_computation() -> None:
         pass_at_k(4, 5, 1)
     assert math.isclose(pass_at_k(10, 3, 10), 1.0)
     assert np.isfinite(pass_at_k(200, 1, 100))
+
+
+def test_a_reward_that_catches_everything_or_cancels_alarms_is_still_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = (
+        "import signal, time\n"
+        "def reward(completion):\n"
+        "    signal.alarm(0)\n"  # a library cancelling alarms
+        "    for _ in range(300):\n"
+        "        try:\n"
+        "            time.sleep(0.1)\n"
+        "        except Exception:\n"  # a grader that swallows every error
+        "            pass\n"
+        "    return 1.0\n"
+    )
+    task = _task(tmp_path, monkeypatch, "stubborn_reward", source, reward_timeout_s=0.3)
+    seen, on_problem = _problems()
+    started = time.monotonic()
+    assert [o.total for o in UserReward(task, on_problem).score([Sample("x", "1")])] == [0.0]
+    assert time.monotonic() - started < 5
+    assert [reason for reason, _ in seen] == ["reward_timeout"]
+
+
+def test_async_rewards_share_one_event_loop_for_state_bound_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = (
+        "import asyncio\n"
+        "LIMIT = None\n"
+        "async def reward(completion):\n"
+        "    global LIMIT\n"
+        "    LIMIT = LIMIT or asyncio.Semaphore(2)\n"
+        "    async with LIMIT:\n"
+        "        await asyncio.sleep(0.01)\n"
+        "    return 1.0\n"
+    )
+    task = _task(tmp_path, monkeypatch, "bound_reward", source)
+    seen, on_problem = _problems()
+    for _ in range(2):  # a second scorer of the same process (held-out, an evaluation set)
+        outcomes = UserReward(task, on_problem).score([Sample("x", "1")] * 4)
+        assert [o.total for o in outcomes] == [1.0] * 4
+    assert seen == []
+
+
+def test_a_batched_reward_returning_a_float_is_refused_before_a_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = "def reward(completion):\n    return 1.0\n"
+    task = _task(tmp_path, monkeypatch, "scalar_batch", source, reward_batched=True)
+    config = parse_config({"task": task.model_dump(), "model": MODEL})
+    with pytest.raises(ConfigError, match="returned a float, not a list of one"):
+        check_data_and_rewards(config)
