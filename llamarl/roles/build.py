@@ -315,7 +315,9 @@ def held_out_evaluation(
                         listener=listener)  # fmt: skip
 
     def run_part(eval_set: EvalSet, first: int, examples: Sequence[Example]) -> SetSums:
-        return evaluate_set(policy, eval_set, first, examples, gen.max_new_tokens)
+        return evaluate_set(
+            policy, eval_set, first, examples, gen.max_new_tokens, gen.min_new_tokens
+        )
 
     return HeldOutSet(held_out, run, eval_sets(config, on_problem), run_part)
 

@@ -63,10 +63,19 @@ def evaluate_set(
     first: int,
     examples: Sequence[Example],
     max_new_tokens: int,
+    min_new_tokens: int = 0,
 ) -> SetSums:
-    """The sums of `examples` (positions first, first + 1, ... of the set)."""
+    """The sums of `examples` (positions first, first + 1, ... of the set), decoded as the
+    held-out prompts are (EOS banned before `min_new_tokens`)."""
     prompts = [policy.encode_example(e) for e in examples]
-    greedy = sample(policy, prompts, num_samples=1, max_new_tokens=max_new_tokens, greedy=True)
+    greedy = sample(
+        policy,
+        prompts,
+        num_samples=1,
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=min_new_tokens,
+        greedy=True,
+    )
     texts = completion_texts(policy, greedy)
     sums: SetSums = {"prompts": float(len(examples))}
     sums["greedy"] = sum(
@@ -82,6 +91,7 @@ def evaluate_set(
         prompts,
         num_samples=n,
         max_new_tokens=max_new_tokens,
+        min_new_tokens=min_new_tokens,
         temperature=eval_set.temperature,
         generator=generator,
     )
