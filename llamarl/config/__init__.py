@@ -8,6 +8,7 @@ commands take the same overrides as `section.field=value` after the config (`app
 """
 
 from llamarl.config.base import FieldConflict
+from llamarl.config.engine import VllmConfig
 from llamarl.config.environment import EnvironmentConfig
 from llamarl.config.evaluation import EvalSetConfig, EvaluationConfig
 from llamarl.config.learning import AlgorithmConfig, TrainerConfig
@@ -50,7 +51,7 @@ __all__ = [
     "FieldConflict",
     "GenerationConfig", "GlooSync", "JudgeConfig", "LocalSync", "LoggingConfig", "LoraConfig", "ModelConfig", "NcclSync",
     "RedisConfig", "RunConfig", "SamplingConfig", "ShmSync", "StalenessConfig", "SyncConfig",
-    "TaskConfig", "TrainerConfig", "WorkersConfig", "apply_overrides", "dump_config", "env_overrides",
+    "TaskConfig", "TrainerConfig", "VllmConfig", "WorkersConfig", "apply_overrides", "dump_config", "env_overrides",
     "load_config", "parse_config", "template_fields", "transport_name", "unwritable_run_dir",
     "writable_run_dir",
 ]  # fmt: skip

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from llamarl.config.base import FieldConflict, _Section, yaml_off
+from llamarl.config.engine import VllmConfig
 
 
 class RedisConfig(_Section):
@@ -154,6 +155,14 @@ class GenerationConfig(_Section):
     """The generators' weight dtype: received float32 versions are cast to it on the way in
     (bfloat16 halves their memory, like LlamaRL's lower-precision generators; the AIPO weight
     corrects the mismatch)."""
+    engine: Literal["native", "vllm"] = "native"
+    """What samples: native, llamarl's own PyTorch loop (exact, no extra install); vllm, a vLLM
+    engine in the generator's process (`pip install 'llamarl[vllm]'`; paged cache, prefix
+    caching, CUDA graphs, tensor parallelism), options in generation.vllm. Either way every
+    version reaches it through sync's channel and each token's behaviour log-prob is that of
+    the distribution it was drawn from. See docs/engines.md."""
+    vllm: VllmConfig = VllmConfig()
+    """The vLLM engine's options (engine: vllm)."""
 
     @model_validator(mode="after")
     def _fields_agree(self) -> GenerationConfig:
@@ -161,6 +170,11 @@ class GenerationConfig(_Section):
             raise FieldConflict(
                 ("min_new_tokens", "max_new_tokens"),
                 f"{self.min_new_tokens} > {self.max_new_tokens}: EOS would be banned past the end",
+            )
+        if self.engine == "vllm" and self.batching == "static":
+            raise FieldConflict(
+                ("batching", "engine"),
+                "vLLM schedules its own batch continuously; set batching: continuous",
             )
         return self
 

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from llamarl.engine.kv_cache import cache_of, with_cache
 from llamarl.engine.model import Policy
 from llamarl.engine.sampling import SampleBatch, left_pad, positions, sampling_logprobs
 from llamarl.errors import ConfigError
@@ -139,7 +140,7 @@ class RunningBatch:
         out = model(input_ids=ids, attention_mask=mask if padded else None,
                     position_ids=positions(mask), use_cache=True,
                     logits_to_keep=1)  # fmt: skip
-        cache = out.cache
+        cache = cache_of(out)
         cache.batch_repeat_interleave(n)
         mask = mask.repeat_interleave(n, dim=0)
         self._append(cache, mask, positions(mask)[:, -1] + 1,
@@ -237,9 +238,9 @@ class RunningBatch:
         padded = not bool(self.mask.all())
         out = self.policy.model(input_ids=tokens[:, None],
                                 attention_mask=self.mask if padded else None,
-                                position_ids=self.next_position[:, None], cache=self.cache,
-                                use_cache=True)  # fmt: skip
-        self.cache, self.logits = out.cache, out.logits[:, -1]
+                                position_ids=self.next_position[:, None], use_cache=True,
+                                **with_cache(self.cache))  # fmt: skip
+        self.cache, self.logits = cache_of(out), out.logits[:, -1]
         self.next_position = self.next_position + 1
 
     def _finish(self, key: Hashable, group: _Group) -> FinishedGroup:

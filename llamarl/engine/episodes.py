@@ -20,14 +20,14 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from llamarl.config import EnvironmentConfig
 from llamarl.engine.bounded import Outcome, bounded_calls
 from llamarl.engine.model import Policy
-from llamarl.engine.sampling import sample
+from llamarl.engine.sampling import SampleBatch, sample
 from llamarl.engine.turns import TurnRenderer
 from llamarl.envs.base import Environment, EnvStep, Message
 from llamarl.envs.registry import EnvFactory
@@ -75,9 +75,35 @@ class Sampling:
     greedy: bool = False
 
 
+class Decode(Protocol):
+    """What samples a batch of token-id contexts: `llamarl.engine.sampling.sample`, or a vLLM
+    engine's `sample`."""
+
+    def __call__(
+        self,
+        policy: Policy,
+        prompts: list[list[int]],
+        *,
+        num_samples: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        generator: torch.Generator | None,
+        greedy: bool,
+    ) -> SampleBatch: ...
+
+
 class EpisodeRunner:
-    def __init__(self, policy: Policy, factory: EnvFactory, config: EnvironmentConfig) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        factory: EnvFactory,
+        config: EnvironmentConfig,
+        decode: Decode = sample,
+    ) -> None:
         self.policy = policy
+        self.decode = decode
+        """Samples the model's turns from token ids (never re-tokenized text)."""
         self.factory = factory
         self.config = config
         self.renderer = TurnRenderer(policy)
@@ -127,7 +153,7 @@ class EpisodeRunner:
         budgets = [min(sampling.max_turn_tokens, self.config.max_tokens - len(e.tokens))
                    for e in active]  # fmt: skip
         contexts = [e.prompt + e.tokens for e in active[::share]]
-        batch = sample(self.policy, contexts, num_samples=share, max_new_tokens=max(budgets),
+        batch = self.decode(self.policy, contexts, num_samples=share, max_new_tokens=max(budgets),
                        temperature=sampling.temperature, top_p=sampling.top_p,
                        generator=sampling.generator, greedy=sampling.greedy)  # fmt: skip
         eos = self.policy.eos_id

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from llamarl.engine.kv_cache import cache_of, with_cache
 from llamarl.engine.model import Policy
 from llamarl.engine.sampling import ban_eos, completion_logprobs
 
@@ -170,14 +171,14 @@ def grouped_logprobs(
 def _shared_prompt_logits(model: Any, batch: MicroBatch) -> torch.Tensor:
     """(G * n, W) logits from the prompts' pass, with a cache, and the completions' pass (none
     for one-token completions: never for FSDP ranks, whose passes must match one another's)."""
-    prompt = model(input_ids=batch.prompt_ids, cache=_record_once(DynamicCache()), use_cache=True,
-                   logits_to_keep=1)  # fmt: skip
+    prompt = model(input_ids=batch.prompt_ids, use_cache=True, logits_to_keep=1,
+                   **with_cache(_record_once(DynamicCache())))  # fmt: skip
     logits = prompt.logits[:, -1:].repeat_interleave(batch.num_samples, dim=0)
     width = batch.completion_ids.shape[1]
     if width == 1:
         return logits
-    cache = prompt.cache
+    cache = cache_of(prompt)
     cache.batch_repeat_interleave(batch.num_samples)
-    rest = model(input_ids=batch.completion_ids[:, : width - 1], cache=_read_only(cache),
-                 use_cache=True)  # fmt: skip
+    rest = model(input_ids=batch.completion_ids[:, : width - 1], use_cache=True,
+                 **with_cache(_read_only(cache)))  # fmt: skip
     return torch.cat([logits, rest.logits], dim=1)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from llamarl.engine.kv_cache import cache_of, with_cache
 from llamarl.engine.model import Policy
 
 
@@ -107,7 +108,7 @@ def sample(
         position_ids=positions(group_mask),
         use_cache=True,
     )
-    cache = out.cache
+    cache = cache_of(out)
     cache.batch_repeat_interleave(num_samples)
     logits = out.logits[:, -1].repeat_interleave(num_samples, dim=0)
     prompt_ids = group_ids.repeat_interleave(num_samples, dim=0)
@@ -137,10 +138,10 @@ def sample(
             input_ids=tokens[-1][:, None],
             attention_mask=mask if padded else None,
             position_ids=next_position[:, None],
-            cache=cache,
             use_cache=True,
+            **with_cache(cache),
         )
-        cache, logits = out.cache, out.logits[:, -1]
+        cache, logits = cache_of(out), out.logits[:, -1]
         next_position = next_position + 1
     return SampleBatch(
         prompt_ids=prompt_ids.cpu(),

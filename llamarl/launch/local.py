@@ -39,6 +39,7 @@ from llamarl.errors import ConfigError
 from llamarl.launch import supervise
 from llamarl.launch.cores import CoreSplit, set_affinity
 from llamarl.launch.data_checks import check_data_and_rewards
+from llamarl.launch.engine_checks import check_engine
 from llamarl.observe.metric_sinks import check_sinks
 from llamarl.observe.monitor import progress_line
 from llamarl.rewards.judge import check_judge
@@ -199,13 +200,15 @@ def check_local_gpus(config: RunConfig) -> None:
 def preflight(config: RunConfig, mode: str, launcher: str = "local") -> None:
     """What a launch can tell is wrong before it starts anything (ConfigError naming the field):
     bad data, or a reward function that returns nonsense (`data_checks`); a model, reward-model
-    or judge path that is not a model directory; CURVE keys that are not
+    or judge path that is not a model directory; a vLLM engine this machine or model cannot
+    run (`engine_checks`); CURVE keys that are not
     there; a metrics sink whose package is missing; an environment class that cannot be imported, or a
     Python tool whose limits this host cannot apply; an async run on the in-process transport; a device
     this machine lacks, or a trainer (with the generators' weights, async) its memory cannot
     hold (`launcher` local; Ray places the roles on its own nodes)."""
     check_devices(config, mode, launcher)
     check_model_path(config.model)
+    check_engine(config)
     check_data_and_rewards(config)
     load_curve(config.broker.curve_keys)
     if config.task.reward_model is not None:

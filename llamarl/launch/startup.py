@@ -5,6 +5,7 @@ Redis ledger) and what it evaluates (the held-out prompts, each named evaluation
 from __future__ import annotations
 
 from llamarl.config import EvalSetConfig, RunConfig
+from llamarl.engine.vllm_engine import engine_dtype
 
 
 def startup_summary(config: RunConfig, layout: str) -> str:
@@ -35,7 +36,25 @@ def startup_summary(config: RunConfig, layout: str) -> str:
         f"{task.num_eval}, greedy, {scorer})"
     )
     lines += [f"    set {each.name}: {_set(each, scorer)}" for each in config.evaluation.sets]
+    lines.append(_engine(config))
     return "\n".join(lines)
+
+
+def _engine(config: RunConfig) -> str:
+    gen = config.generation
+    if gen.engine == "native":
+        return f"  generates with: the native engine ({gen.dtype}, {gen.batching} batching)"
+    options = gen.vllm
+    dtype = engine_dtype(options, gen.device)
+    line = f"  generates with: vLLM in each generator's process ({dtype}"
+    line += ", prefix caching" if options.prefix_caching else ""
+    line += ")"
+    if config.model.lora is not None:
+        line += (
+            "; LoRA versions are merged into the base weights on the way in (vLLM's own LoRA "
+            "layers are not used: it would load each version's adapters from files)"
+        )
+    return line
 
 
 def _layout(layout: str) -> str:

@@ -3,6 +3,8 @@ sync, one seed against another), from the files every run writes.
 
 - learning.png: reward (mean over the last SMOOTH steps) and held-out accuracy, against step and
   against RL wall time (seconds since RL started, warm start excluded);
+- mismatch.png: each step's behaviour log-probs against the trainer's recomputation (mean and
+  max |Δ|, KL estimate): the generator's engine and the staleness of what it trains on;
 - staleness.png: how many trained groups had each staleness (RUN_DIR/trained.jsonl);
 - roles.png: busy and idle seconds of every worker (RUN_DIR/timers/);
 - timeline.png: when each worker was busy, against seconds since the run's first busy span
@@ -28,7 +30,13 @@ from llamarl.errors import ConfigError
 from llamarl.observe.episodes_view import write_episodes
 
 SMOOTH = 10
-FIGURES = ("learning.png", "staleness.png", "roles.png", "timeline.png")
+FIGURES = ("learning.png", "mismatch.png", "staleness.png", "roles.png", "timeline.png")
+MISMATCH = (
+    ("mismatch_abs_mean", "mean |Δ log-prob|"),
+    ("mismatch_abs_max", "max |Δ log-prob|"),
+    ("mismatch_kl", "KL estimate"),
+)
+"""The trainer-versus-generator log-prob figures of each step, and their axis labels."""
 
 
 def _rolling_mean(values: list[float]) -> list[float]:
@@ -95,6 +103,23 @@ def _learning(runs: list[Run], out: Path) -> None:
     axes[0][0].legend()
     figure.tight_layout()
     figure.savefig(out / "learning.png")
+
+
+def _mismatch(runs: list[Run], out: Path) -> None:
+    """mismatch.png: each step's behaviour log-probs (the generator's engine) against the
+    trainer's recomputation on its tokens: mean and max |Δ| and the KL estimate."""
+    figure = Figure(figsize=(7, 7))
+    axes = figure.subplots(len(MISMATCH), 1, sharex=True)
+    for axis, (key, label) in zip(axes, MISMATCH, strict=True):
+        for run in runs:
+            logged = [r for r in run.records if key in r]
+            axis.plot([_at(r, "step") for r in logged], [r[key] for r in logged], label=run.name)
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+    axes[-1].set_xlabel("step")
+    axes[0].legend()
+    figure.tight_layout()
+    figure.savefig(out / "mismatch.png")
 
 
 def _evaluations(runs: list[Run], out: Path) -> Path | None:
@@ -171,6 +196,7 @@ def plot(run_dirs: list[Path], out: Path) -> list[Path]:
     runs = [load_run(run_dir) for run_dir in run_dirs]
     out.mkdir(parents=True, exist_ok=True)
     _learning(runs, out)
+    _mismatch(runs, out)
     _staleness(runs, out)
     _roles(runs, out)
     _timeline(runs, out)

@@ -21,8 +21,10 @@ from llamarl.bus import BusClient
 from llamarl.config import EvalSetConfig, RunConfig, writable_run_dir
 from llamarl.curve import load_curve
 from llamarl.engine.adapters import with_adapters
-from llamarl.engine.episodes import EpisodeRunner
-from llamarl.engine.model import Policy, make_policy, place
+from llamarl.engine.episodes import Decode, EpisodeRunner
+from llamarl.engine.model import Policy, make_policy, model_directory, place
+from llamarl.engine.sampling import sample
+from llamarl.engine.vllm_engine import VllmEngine
 from llamarl.envs.registry import EnvFactory
 from llamarl.errors import ConfigError
 from llamarl.limits import RejectHook, Rejections
@@ -132,23 +134,42 @@ def generator(
     evaluations = None
     if evaluates and shares_evaluations(config):
         evaluations = GeneratorEvaluations(runtime, held_out_evaluation(config, policy))
+    engine = None
+    if config.generation.engine == "vllm":
+        with runtime.keep_alive("starting"):
+            engine = start_engine(config, policy, seed)
     return Generator(
         runtime,
         policy,
         make_prompt_set(config.task, config.seed),
         receiver,
         torch.Generator(device=config.generation.device).manual_seed(seed),
-        episode_runner(config, policy),
+        episode_runner(config, policy, engine.sample if engine else sample),
         evaluations,
+        engine,
     )
 
 
-def episode_runner(config: RunConfig, policy: Policy) -> EpisodeRunner | None:
-    """What plays `policy`'s episodes in the configured environment (None: single-turn)."""
+def start_engine(config: RunConfig, policy: Policy, seed: int) -> VllmEngine:
+    """A vLLM engine on `model.path`, holding `policy`'s weights."""
+    assert config.model.path is not None  # the config refuses vllm without one
+    gen = config.generation
+    engine = VllmEngine.start(
+        str(model_directory(config.model.path)), gen.vllm, gen.device, policy.eos_id, seed
+    )
+    engine.load(policy.model)
+    return engine
+
+
+def episode_runner(
+    config: RunConfig, policy: Policy, decode: Decode = sample
+) -> EpisodeRunner | None:
+    """What plays `policy`'s episodes in the configured environment, sampling with `decode`
+    (None: single-turn)."""
     if config.environment.kind is None:
         return None
     factory = EnvFactory(config.environment, make_verifier(config.task.verifier))
-    return EpisodeRunner(policy, factory, config.environment)
+    return EpisodeRunner(policy, factory, config.environment, decode)
 
 
 def text_scorer(

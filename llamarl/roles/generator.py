@@ -27,11 +27,13 @@ from collections import Counter
 import structlog
 import torch
 
+from llamarl.engine.batches import running_batch
 from llamarl.engine.continuous import Sampler
 from llamarl.engine.episodes import EpisodeRunner, Sampling
 from llamarl.engine.model import Policy
 from llamarl.engine.rollouts import pack_episodes, pack_groups
 from llamarl.engine.sampling import sample
+from llamarl.engine.vllm_engine import VllmEngine
 from llamarl.errors import SyncError
 from llamarl.protocol import RolloutGroup, VersionAnnouncement
 from llamarl.roles.base import RoleResult
@@ -70,8 +72,12 @@ class Generator:
         rng: torch.Generator,
         episodes: EpisodeRunner | None = None,
         evaluations: GeneratorEvaluations | None = None,
+        engine: VllmEngine | None = None,
     ) -> None:
         self.runtime = runtime
+        self.engine = engine
+        """The vLLM engine that samples (None: the native engine on `policy`); each version is
+        received into `policy`'s model and loaded into it from there."""
         self.episodes = episodes
         """Plays multi-turn episodes (environment.kind); None samples one completion each."""
         self.evaluations = evaluations
@@ -87,12 +93,13 @@ class Generator:
         self.total_tickets = config.trainer.num_steps * config.trainer.prompts_per_step
         self.versions = runtime.bus.subscribe([VERSIONS])
         gen = config.generation
-        self.in_flight = (
-            InFlight(policy, Sampler(gen.num_samples, gen.max_new_tokens, gen.min_new_tokens,
-                                     gen.temperature, gen.top_p, rng))
-            if gen.batching == "continuous" and episodes is None else None
-        )  # fmt: skip
+        sampler = Sampler(
+            gen.num_samples, gen.max_new_tokens, gen.min_new_tokens, gen.temperature, gen.top_p, rng
+        )
+        self.in_flight: InFlight | None = None
         """The running batch (continuous batching); None: a static batch at a time."""
+        if gen.batching == "continuous" and episodes is None:
+            self.in_flight = InFlight(policy, running_batch(policy, sampler, engine))
         self.claim_at = 0.0
         """The clock time before which the staleness gate is taken to be closed."""
         self.waiting: dict[str, str] | None = None
@@ -126,6 +133,10 @@ class Generator:
             return
         if version > self.policy_version:
             self.receiver.swap_in(self.policy.model, buffer)
+            if self.engine is not None:
+                started = self.runtime.clock()
+                self.engine.load(self.policy.model)
+                self.runtime.add_time("engine_load_s", started)
             self.policy_version = version
             structlog.contextvars.bind_contextvars(policy_version=version)
             self.runtime.count("syncs")

@@ -1,12 +1,12 @@
 """A generator's claimed tickets in its running batch (continuous batching,
-`llamarl.engine.continuous`): each ticket's prompt joins the batch when claimed, and its rollout
+`llamarl.engine.continuous`, or a vLLM engine's, `llamarl.engine.vllm_batch`): each ticket's prompt joins the batch when claimed, and its rollout
 group is packed as soon as its n samples have ended."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llamarl.engine.continuous import RunningBatch, Sampler
+from llamarl.engine.batches import DecodingBatch
 from llamarl.engine.model import Policy
 from llamarl.engine.rollouts import pack_groups
 from llamarl.protocol import RolloutGroup
@@ -23,9 +23,9 @@ class Finished:
 
 
 class InFlight:
-    def __init__(self, policy: Policy, sampler: Sampler) -> None:
+    def __init__(self, policy: Policy, batch: DecodingBatch) -> None:
         self.policy = policy
-        self.batch = RunningBatch(policy, sampler)
+        self.batch = batch
         self.claimed: dict[int, tuple[Ticket, Example]] = {}
         """ticket id -> the ticket and its example, while its group is in the batch."""
 

@@ -63,6 +63,8 @@ class _StepStats:
         self.kl = 0.0
         self.entropy = 0.0
         self.mismatch = 0.0
+        self.mismatch_abs = 0.0
+        self.mismatch_max = 0.0
         self.ratio_sum = 0.0
         self.ratio_max: float | None = None
         self.clipped = 0.0
@@ -70,11 +72,13 @@ class _StepStats:
 
     def reduce(self, ranks: TrainerRanks) -> None:
         """Every rank's sums, added up (and the largest ratio of all)."""
-        sums = [self.loss, self.kl, self.entropy, self.mismatch, self.ratio_sum, self.clipped,
-                self.dropped]  # fmt: skip
-        (self.loss, self.kl, self.entropy, self.mismatch, self.ratio_sum, self.clipped,
-         self.dropped) = ranks.sum(sums)  # fmt: skip
-        top = ranks.max([-math.inf if self.ratio_max is None else self.ratio_max])[0]
+        sums = [self.loss, self.kl, self.entropy, self.mismatch, self.mismatch_abs,
+                self.ratio_sum, self.clipped, self.dropped]  # fmt: skip
+        (self.loss, self.kl, self.entropy, self.mismatch, self.mismatch_abs, self.ratio_sum,
+         self.clipped, self.dropped) = ranks.sum(sums)  # fmt: skip
+        top, self.mismatch_max = ranks.max(
+            [-math.inf if self.ratio_max is None else self.ratio_max, self.mismatch_max]
+        )
         self.ratio_max = None if top == -math.inf else top
 
     def add(self, batch: MicroBatch, loss: float, kl: float, logp: torch.Tensor,
@@ -83,7 +87,11 @@ class _StepStats:
         self.loss += loss
         self.kl += kl
         self.entropy += float(entropy.detach()[real].sum())
-        self.mismatch += float((batch.behaviour_logprobs - logp.detach())[real].sum())
+        gap = (batch.behaviour_logprobs - logp.detach())[real]
+        self.mismatch += float(gap.sum())
+        if gap.numel():
+            self.mismatch_abs += float(gap.abs().sum())
+            self.mismatch_max = max(self.mismatch_max, float(gap.abs().max()))
         ratios = terms.ratio[real]
         if ratios.numel():
             self.ratio_sum += float(ratios.sum())
@@ -267,6 +275,8 @@ class Learner:
             "clipped_fraction": stats.clipped / tokens,
             "mis_dropped_fraction": stats.dropped / tokens,
             "mismatch_kl": stats.mismatch / tokens,
+            "mismatch_abs_mean": stats.mismatch_abs / tokens,
+            "mismatch_abs_max": stats.mismatch_max,
             "kl_ref": stats.kl,
             "grad_norm": float(grad_norm),
             "num_tokens": num_tokens,

@@ -35,7 +35,7 @@ def test_plot_writes_png_figures_with_content_for_overlaid_runs(tmp_path: Path) 
     runs = [_run(tmp_path / "a", 0), _run(tmp_path / "b", 1)]
     written = plot(runs, tmp_path / "plots")
     assert [p.name for p in written] == [
-        "learning.png", "staleness.png", "roles.png", "timeline.png"
+        "learning.png", "mismatch.png", "staleness.png", "roles.png", "timeline.png"
     ]  # fmt: skip
     for path in written:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -125,7 +125,7 @@ def test_in_flight_restarts_groups_whose_oldest_token_is_too_old(policy) -> None
 
     sampler = Sampler(num_samples=2, max_new_tokens=6, min_new_tokens=6,
                       generator=torch.Generator().manual_seed(0))  # fmt: skip
-    in_flight = InFlight(policy, sampler)
+    in_flight = InFlight(policy, RunningBatch(policy, sampler))
     in_flight.admit([Ticket(7, 0, False)], [Example(7, "1+2=", "3")])
     in_flight.step(3)
     in_flight.admit([Ticket(8, 1, False)], [Example(8, "12+34=", "46")])
