@@ -115,12 +115,6 @@ class RunConfig(_Section):
             )
         if self.environment.kind is not None:
             self._episodes_agree()
-        if generation.engine == "vllm" and model.path is None:
-            raise FieldConflict(
-                ("generation.engine", "model.path"),
-                "vLLM loads a Hugging Face model directory and the built character model is "
-                "none; set model.path (or generation.engine: native)",
-            )
         if model.path is None and self.generation.max_new_tokens >= model.max_position_embeddings:
             raise FieldConflict(
                 ("generation.max_new_tokens", "model.max_position_embeddings"),

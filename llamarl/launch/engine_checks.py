@@ -1,5 +1,6 @@
 """What a vLLM engine (`generation.engine: vllm`) needs from the machine and the model, checked
-before a run starts: vLLM installed, the model's architecture one vLLM serves, room for a
+before a run starts: a model directory (not the built model), vLLM installed, an architecture
+vLLM serves, room for a
 completion within `max_model_len`, and GPUs for the CUDA-only options. Each problem is one
 ConfigError naming the field and what to do."""
 
@@ -37,7 +38,11 @@ def check_engine(config: RunConfig) -> None:
             f"generation.vllm.tensor_parallel_size: {options.tensor_parallel_size} GPUs, and "
             f"this machine has {torch.cuda.device_count()}"
         )
-    assert config.model.path is not None  # the config refuses vllm without one
+    if config.model.path is None:
+        raise ConfigError(
+            "generation.engine: vllm loads a Hugging Face model directory and the built "
+            "character model is none; set model.path (or generation.engine: native)"
+        )
     directory = model_directory(config.model.path)
     model = json.loads((directory / "config.json").read_text())
     _check_architecture(model.get("architectures") or [], directory.name)

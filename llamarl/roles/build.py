@@ -152,7 +152,7 @@ def generator(
 
 def start_engine(config: RunConfig, policy: Policy, seed: int) -> VllmEngine:
     """A vLLM engine on `model.path`, holding `policy`'s weights."""
-    assert config.model.path is not None  # the config refuses vllm without one
+    assert config.model.path is not None  # preflight refuses vllm without one
     gen = config.generation
     engine = VllmEngine.start(
         str(model_directory(config.model.path)), gen.vllm, gen.device, policy.eos_id, seed
