@@ -1,5 +1,8 @@
 # The two commands a new user needs: `make run` (the demo) and `make test` (lint, types, tests).
 # `make test-fast`: unit and contract tests only (under a minute), while editing.
+# `make test-vllm`: the vLLM engine's tests (tests/vllm) on the real vLLM, after installing it
+# (`scripts/setup.sh --vllm`) and SmolLM2 (`scripts/import_smollm2.sh`); CI runs it after
+# `make test`.
 # Both run the tests in 2 pytest-xdist workers, a test file's tests all in one (module fixtures),
 # the longest files first (tests/conftest.py).
 # `make docs`: the documentation site (mkdocs.yml, docs/) into site/, strict: a warning fails it.
@@ -7,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup test test-fast lint run docs clean
+.PHONY: setup test test-vllm test-fast lint run docs clean
 
 setup:
 	bash scripts/setup.sh
@@ -18,7 +21,13 @@ lint: setup
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/python -m pytest -q --durations=15 -n 2 --dist loadfile --no-loadscope-reorder tests
+	$(BIN)/python -m pytest -q --durations=15 -n 2 --dist loadfile --no-loadscope-reorder \
+		--ignore=tests/vllm tests
+
+test-vllm: setup
+	bash scripts/setup.sh --vllm
+	bash scripts/import_smollm2.sh
+	$(BIN)/python -m pytest -q --durations=10 tests/vllm
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests/unit tests/contract

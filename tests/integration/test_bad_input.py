@@ -94,6 +94,8 @@ CASES = [
          lambda t: _run(t, broker={"port": int((t / "port").read_text())}), 2),
     Case("a run_dir that cannot be written (sync)",
          lambda t: _run(t, "--mode", "sync", run_dir=str(t / "file" / "run")), 2),
+    Case("the vLLM engine with the built model",
+         lambda t: _run(t, generation={"engine": "vllm"}), 2),
     Case("a broker.curve_keys directory without keys",
          lambda t: _run(t, broker={"curve_keys": str(t / "no-keys")}), 2),
 ]  # fmt: skip
