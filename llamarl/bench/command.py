@@ -105,6 +105,17 @@ def _register_others(bench_sub: Subparsers) -> None:
     grid.add_argument("--work-dir", default="runs/bench-grid")
     grid.add_argument("--out", help="also write the JSON here")
     grid.set_defaults(func=grid_bench)
+    engines = bench_sub.add_parser("engines", help="tokens/s: native against vLLM, both dtypes")
+    engines.add_argument("--model", default="models/smollm2-135m", help="a model directory")
+    engines.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the arms")
+    engines.add_argument("--threads", type=int, default=2, help="each arm's threads")
+    engines.add_argument(
+        "--arms",
+        default="native-float32,native-bfloat16,vllm-float32,vllm-bfloat16",
+        help="which of native-float32, native-bfloat16, vllm-float32, vllm-bfloat16",
+    )
+    engines.add_argument("--out", help="also write the JSON here")
+    engines.set_defaults(func=engines_bench)
     sandbox = bench_sub.add_parser("sandbox", help="seconds per Python tool call, start to result")
     sandbox.add_argument("--calls", type=int, default=30, help="calls, each timed")
     sandbox.add_argument("--out", help="also write the JSON here")
@@ -211,3 +222,9 @@ def sandbox_bench(args: argparse.Namespace) -> int:
     from llamarl.bench.sandbox import bench
 
     return _emit(bench(args.calls), args)
+
+
+def engines_bench(args: argparse.Namespace) -> int:
+    from llamarl.bench.engines import bench
+
+    return _emit(bench(args.model, args.rounds, args.threads, args.arms.split(",")), args)
