@@ -12,7 +12,9 @@ small training step repeated on another, against each alone, and a trainer on ev
 a one-thread generator against its fair share of the cores; the alone runs' spread from one
 repeat to the next is the jitter the simulator draws.
 Scoring is the config's scorer on completions sampled as the config samples, whose lengths the
-simulator then draws from; staging and pulling a version is a copy of the weights each way.
+simulator then draws from; staging and pulling a version is a copy of the weights each way, and
+with `generation.engine: vllm` pulling adds loading them into the engine. A vLLM config's decode
+costs are its engine's (the co-run probes decode natively: a forked copy cannot run the engine).
 
 A profile is cached under `LLAMARL_CACHE_DIR` (default ~/.cache/llamarl) by the config's fields
 that change these costs and by the machine (host, usable cores, CPU model, torch version); a
@@ -90,13 +92,18 @@ class Probes:
     """The units of work a profile times, on one model: a generation batch and a training step."""
 
     def __init__(self, config: RunConfig) -> None:
-        from llamarl.roles.build import scorer
+        from llamarl.roles.build import scorer, start_engine
         from llamarl.training.learner import Learner
 
         self.config = config
         gen = config.generation
         policy = make_policy(config.model, config.seed)
         self.policy: Policy = with_adapters(policy, config.model.lora, config.seed)
+        self.engine = None
+        """A vLLM generator's engine (generation.engine: vllm), which then decodes the
+        profile's batches; the co-run probes decode natively (a forked process cannot run it)."""
+        if gen.engine == "vllm":
+            self.engine = start_engine(config, self.policy, config.seed)
         per_step = config.trainer.prompts_per_step
         self.batches = ((gen.prompts_per_batch, per_step) if gen.prompts_per_batch < per_step
                         else (per_step, 2 * per_step))  # fmt: skip
@@ -111,12 +118,19 @@ class Probes:
         self.warm_half = False
         """Whether a half step has run (`thread_costs` warms it once)."""
 
-    def decode(self, prompts: int, positions: int) -> Any:
+    def decode(self, prompts: int, positions: int, native: bool = False) -> Any:
         gen = self.config.generation
-        return sample(self.policy, self.prompts[:prompts], num_samples=gen.num_samples,
-                      max_new_tokens=positions, min_new_tokens=positions,
-                      temperature=gen.temperature, top_p=gen.top_p,
-                      generator=self.rng)  # fmt: skip
+        decode = sample if native or self.engine is None else self.engine.sample
+        return decode(
+            self.policy,
+            self.prompts[:prompts],
+            num_samples=gen.num_samples,
+            max_new_tokens=positions,
+            min_new_tokens=positions,
+            temperature=gen.temperature,
+            top_p=gen.top_p,
+            generator=self.rng,
+        )
 
     def train_groups(self, groups: int, rows: int) -> list[TrainGroup]:
         """`groups` of the step's prompts, `rows` full-length completions each."""
@@ -143,7 +157,7 @@ class Probes:
 
     def generate_unit(self) -> None:
         """A generator's batch, CORUN_POSITIONS long (the co-run probes' unit)."""
-        self.decode(self.batches[0], CORUN_POSITIONS)
+        self.decode(self.batches[0], CORUN_POSITIONS, native=True)
 
     def train_unit(self) -> None:
         """A training step on one prompt's two completions (the co-run probes' unit)."""
@@ -252,10 +266,14 @@ def measure(config: RunConfig) -> tuple[Costs, dict[str, Any]]:
         slowdown, crowded, jitter, corun_s = corun(probes.generate_unit, probes.train_unit)
     torch.set_num_threads(1)
     stage, size = copy_s(probes.policy)
+    pull = stage
+    if probes.engine is not None:  # a vLLM generator also loads each version into its engine
+        engine = probes.engine
+        pull += seconds(lambda: engine.load(probes.policy.model), repeats=2)
     prompt_tokens = statistics.mean(len(p) for p in probes.prompts)
     score_s, lengths = scoring(probes)
     costs = Costs(
-        threads=threads, score_s_per_group=score_s, stage_s=stage, pull_s=stage,
+        threads=threads, score_s_per_group=score_s, stage_s=stage, pull_s=pull,
         prompt_tokens=prompt_tokens, corun_slowdown=slowdown, cores=usable_cores(),
         jitter_cv=jitter, oversubscribed_slowdown=crowded, completion_lengths=lengths,
     )  # fmt: skip
