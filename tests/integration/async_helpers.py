@@ -150,3 +150,16 @@ def check_finished_run(summary: dict[str, Any], run_dir: Path, num_groups: int, 
     ended = ledger["trained"] + ledger["skipped"] + ledger["dropped_stale"]
     assert ledger["issued"] == ended + ledger["open"]
     assert ledger["open"] == 0 and ledger["trained"] == num_groups
+
+
+def check_reissued_run(
+    proc: subprocess.Popen[str], out: str, err: str, run_dir: Path, num_groups: int
+) -> dict[str, Any]:
+    """The summary of a finished run one of whose generators was killed, checked: it ended
+    well, kept check_finished_run's guarantees (k=1), and trained a reissued ticket."""
+    assert proc.returncode == 0, err[-3000:]
+    summary: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    check_finished_run(summary, run_dir, num_groups, k=1)
+    attempts = [int(e["rollout_id"].split(".")[1]) for e in trained_entries(run_dir)]
+    assert max(attempts) >= 1, "no ticket of the killed generator was reissued"
+    return summary
