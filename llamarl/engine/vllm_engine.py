@@ -33,8 +33,19 @@ from llamarl.engine.continuous import Sampler
 from llamarl.engine.model import Policy
 from llamarl.engine.sampling import SampleBatch, left_pad
 
-IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
-"""The engine core in this process, its threads on the cores this process was given."""
+ENVIRONMENT = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_LOGGING_LEVEL": "WARNING",
+}
+"""The engine core in this process, its threads on the cores this process was given, and its
+log kept to warnings (at info it writes a line to stdout for every version loaded)."""
+
+
+def set_vllm_environment() -> None:
+    """ENVIRONMENT's values where the environment does not set them; before vLLM is imported."""
+    for key, value in ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
 
 
 def engine_dtype(config: VllmConfig, device: str) -> Literal["float32", "bfloat16"]:
@@ -78,8 +89,7 @@ class VllmEngine:
     def start(
         cls, model_dir: str, config: VllmConfig, device: str, eos_id: int, seed: int
     ) -> VllmEngine:
-        for key, value in IN_PROCESS.items():
-            os.environ.setdefault(key, value)
+        set_vllm_environment()
         # vLLM cuts a CPU process to one torch thread unless OMP_NUM_THREADS says how many.
         os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
         from vllm import LLM

@@ -14,6 +14,7 @@ import torch
 
 from llamarl.config import RunConfig
 from llamarl.engine.model import model_directory
+from llamarl.engine.vllm_engine import set_vllm_environment
 from llamarl.errors import ConfigError
 
 INSTALL = (
@@ -74,6 +75,7 @@ def _check_architecture(architectures: list[str], name: str) -> None:
 def _served_architectures() -> list[str]:
     """vLLM's model registry; what importing vLLM writes to stderr (a warning about Triton on
     a CPU) is kept out of the launcher's own output, which a bad config must keep to one line."""
+    set_vllm_environment()
     saved = os.dup(2)
     try:
         with open(os.devnull, "w") as devnull:
