@@ -34,6 +34,7 @@ def register(sub: Subparsers) -> None:
     sync.add_argument("--out", help="also write the JSON here")
     sync.set_defaults(func=weight_sync)
     _register_others(bench_sub)
+    _register_engines(bench_sub)
 
 
 def _register_others(bench_sub: Subparsers) -> None:
@@ -105,6 +106,13 @@ def _register_others(bench_sub: Subparsers) -> None:
     grid.add_argument("--work-dir", default="runs/bench-grid")
     grid.add_argument("--out", help="also write the JSON here")
     grid.set_defaults(func=grid_bench)
+    sandbox = bench_sub.add_parser("sandbox", help="seconds per Python tool call, start to result")
+    sandbox.add_argument("--calls", type=int, default=30, help="calls, each timed")
+    sandbox.add_argument("--out", help="also write the JSON here")
+    sandbox.set_defaults(func=sandbox_bench)
+
+
+def _register_engines(bench_sub: Subparsers) -> None:
     engines = bench_sub.add_parser("engines", help="tokens/s: native against vLLM, both dtypes")
     engines.add_argument("--model", default="models/smollm2-135m", help="a model directory")
     engines.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the arms")
@@ -116,10 +124,6 @@ def _register_others(bench_sub: Subparsers) -> None:
     )
     engines.add_argument("--out", help="also write the JSON here")
     engines.set_defaults(func=engines_bench)
-    sandbox = bench_sub.add_parser("sandbox", help="seconds per Python tool call, start to result")
-    sandbox.add_argument("--calls", type=int, default=30, help="calls, each timed")
-    sandbox.add_argument("--out", help="also write the JSON here")
-    sandbox.set_defaults(func=sandbox_bench)
 
 
 def _emit(result: dict[str, Any], args: argparse.Namespace) -> int:
