@@ -3,6 +3,8 @@
 Null `kind` keeps single-turn rollouts. Otherwise every sample is an episode: the model's turn,
 the environment's reply (tokens the model did not write: no loss, no behaviour log-prob), the
 model's next turn, until the environment says done or a limit ends it (`llamarl.engine.episodes`).
+`kind: agent` runs your own agent function instead, which talks to the model over the
+generator's OpenAI-compatible endpoint (`llamarl.agents`).
 """
 
 from __future__ import annotations
@@ -13,14 +15,31 @@ from pydantic import Field, model_validator
 
 from llamarl.config.base import FieldConflict, _Section
 
-BUILT_IN_ENVIRONMENTS = ("calculator", "retry")
+BUILT_IN_ENVIRONMENTS = ("calculator", "retry", "agent")
+USER_FUNCTION = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 ToolName = Literal["calculator", "python"]
 
 
 class EnvironmentConfig(_Section):
-    kind: str | None = Field(None, pattern=r"^(calculator|retry|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
-    """calculator, retry, or your own environment class as `module:Class` (importable where
-    the generators and the trainer run; docs/environments.md); null: single-turn rollouts."""
+    kind: str | None = Field(
+        None, pattern=r"^(calculator|retry|agent|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$"
+    )
+    """calculator, retry, agent (your `agent` function over the OpenAI API), or your own
+    environment class as `module:Class` (importable where the generators and the trainer run;
+    docs/environments.md); null: single-turn rollouts."""
+    agent: str | None = Field(None, pattern=USER_FUNCTION)
+    """kind agent: your async function as `module:function`, called as `await f(row, client)`
+    with the prompt row and an `openai.AsyncOpenAI` client pointed at the episode's endpoint; it
+    returns the episode's reward, or None for the reward workers to score its last answer."""
+    demonstration: str | None = Field(None, pattern=USER_FUNCTION)
+    """kind agent: `module:function` taking a prompt row and returning a worked episode's
+    messages after the prompt (OpenAI form, tool calls included), for trainer.sft_steps."""
+    max_requests: int = Field(16, ge=1, le=100_000)
+    """kind agent: requests an episode may make; the one past it ends the episode
+    (reason max_requests)."""
+    episode_timeout_s: float = Field(120.0, gt=0, le=86_400)
+    """kind agent: seconds an agent may run; one that overruns is ended (reason
+    agent_timeout), never the worker."""
     tools: list[ToolName] | None = None
     """Tools the model may call inside an episode; null: the environment's own choice
     (calculator: the calculator; retry: none)."""
@@ -54,5 +73,20 @@ class EnvironmentConfig(_Section):
         if self.kind is None and (self.tools or self.options):
             raise FieldConflict(
                 ("tools", "kind"), "tools and options belong to an environment; set kind"
+            )
+        if (self.kind == "agent") != (self.agent is not None):
+            raise FieldConflict(
+                ("agent", "kind"),
+                "kind agent runs the function `agent` names, and only it does: set both or neither",
+            )
+        if self.kind == "agent" and self.tools:
+            raise FieldConflict(
+                ("tools", "kind"), "an agent calls its own tools; drop environment.tools"
+            )
+        if self.demonstration is not None and self.kind != "agent":
+            raise FieldConflict(
+                ("demonstration", "kind"),
+                "an environment class writes its own demonstration(); demonstration is for "
+                "kind agent",
             )
         return self

@@ -115,6 +115,13 @@ class RunConfig(_Section):
             )
         if self.environment.kind is not None:
             self._episodes_agree()
+        serves = self.generation.serve_openai
+        if serves is not None and serves != (self.environment.kind == "agent"):
+            raise FieldConflict(
+                ("generation.serve_openai", "environment.kind"),
+                "the endpoint serves the episodes of agents, and an agent needs it: leave "
+                "serve_openai null, or set it true with environment.kind: agent",
+            )
         if model.path is None and self.generation.max_new_tokens >= model.max_position_embeddings:
             raise FieldConflict(
                 ("generation.max_new_tokens", "model.max_position_embeddings"),

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from llamarl.config.base import FieldConflict, _Section, yaml_off
+from llamarl.config.endpoint import EndpointConfig
 from llamarl.config.engine import VllmConfig
 
 
@@ -163,6 +164,12 @@ class GenerationConfig(_Section):
     the distribution it was drawn from. See docs/engines.md."""
     vllm: VllmConfig = VllmConfig()
     """The vLLM engine's options (engine: vllm)."""
+    serve_openai: bool | None = None
+    """Serve an OpenAI-compatible endpoint (`/v1/chat/completions`, `/v1/completions`,
+    `/v1/models`) that agents' episodes talk to the model through; null: on exactly when
+    environment.kind is agent, the only episodes it serves. Options in generation.openai."""
+    openai: EndpointConfig = EndpointConfig()
+    """The endpoint's address and bounds (serve_openai)."""
 
     @model_validator(mode="after")
     def _fields_agree(self) -> GenerationConfig:

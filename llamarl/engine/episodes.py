@@ -93,6 +93,22 @@ class Decode(Protocol):
     ) -> SampleBatch: ...
 
 
+class PlaysEpisodes(Protocol):
+    """What plays a batch of episodes: an `EpisodeRunner` on an environment class, or an
+    agent runner (`llamarl.agents.runner`)."""
+
+    def run(
+        self,
+        examples: Sequence[Example],
+        num_samples: int,
+        sampling: Sampling,
+        version: Callable[[], int],
+        before_turn: Callable[[], None] | None = None,
+    ) -> list[Episode]:
+        """n episodes of each example, in example order, every one ended."""
+        ...
+
+
 class EpisodeRunner:
     def __init__(
         self,

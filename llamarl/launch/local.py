@@ -37,6 +37,7 @@ from llamarl.engine.model import check_model_path
 from llamarl.envs.registry import environment_class, make_tools
 from llamarl.errors import ConfigError
 from llamarl.launch import supervise
+from llamarl.launch.agent_checks import check_agent
 from llamarl.launch.cores import CoreSplit, set_affinity
 from llamarl.launch.data_checks import check_data_and_rewards
 from llamarl.launch.engine_checks import check_engine
@@ -202,7 +203,8 @@ def preflight(config: RunConfig, mode: str, launcher: str = "local") -> None:
     bad data, or a reward function that returns nonsense (`data_checks`); a model, reward-model
     or judge path that is not a model directory; a vLLM engine this machine or model cannot
     run (`engine_checks`); CURVE keys that are not
-    there; a metrics sink whose package is missing; an environment class that cannot be imported, or a
+    there; a metrics sink whose package is missing; an environment class or agent function that cannot be imported
+    (`agent_checks`), or a
     Python tool whose limits this host cannot apply; an async run on the in-process transport; a device
     this machine lacks, or a trainer (with the generators' weights, async) its memory cannot
     hold (`launcher` local; Ray places the roles on its own nodes)."""
@@ -216,7 +218,9 @@ def preflight(config: RunConfig, mode: str, launcher: str = "local") -> None:
     if config.task.judge is not None:
         check_judge(config.task.judge)
     check_sinks(config.logging)
-    if config.environment.kind is not None:  # imports a custom class; the Python tool probes
+    if config.environment.kind == "agent":
+        check_agent(config)
+    elif config.environment.kind is not None:  # imports a custom class; the Python tool probes
         make_tools(config.environment)
         environment_class(config.environment.kind)
     if mode == "async":

@@ -21,7 +21,7 @@ from llamarl.bus import BusClient
 from llamarl.config import EvalSetConfig, RunConfig, writable_run_dir
 from llamarl.curve import load_curve
 from llamarl.engine.adapters import with_adapters
-from llamarl.engine.episodes import Decode, EpisodeRunner
+from llamarl.engine.episodes import Decode, EpisodeRunner, PlaysEpisodes
 from llamarl.engine.model import Policy, make_policy, model_directory, place
 from llamarl.engine.sampling import sample
 from llamarl.engine.vllm_engine import VllmEngine
@@ -144,7 +144,7 @@ def generator(
         make_prompt_set(config.task, config.seed),
         receiver,
         torch.Generator(device=config.generation.device).manual_seed(seed),
-        episode_runner(config, policy, engine.sample if engine else sample),
+        episode_runner(config, policy, engine.sample if engine else sample, runtime),
         evaluations,
         engine,
     )
@@ -162,12 +162,33 @@ def start_engine(config: RunConfig, policy: Policy, seed: int) -> VllmEngine:
 
 
 def episode_runner(
-    config: RunConfig, policy: Policy, decode: Decode = sample
-) -> EpisodeRunner | None:
+    config: RunConfig,
+    policy: Policy,
+    decode: Decode = sample,
+    runtime: RoleRuntime | None = None,
+) -> PlaysEpisodes | None:
     """What plays `policy`'s episodes in the configured environment, sampling with `decode`
-    (None: single-turn)."""
+    (None: single-turn); an agent's with the endpoint's refusals and counts going to
+    `runtime`'s."""
     if config.environment.kind is None:
         return None
+    if config.environment.kind == "agent":
+        from llamarl.agents.runner import AgentRunner
+
+        name = Path(config.model.path).name if config.model.path else config.run_id
+        endpoint = config.generation.openai
+        if runtime is None:  # an evaluation's own endpoint, beside a generator's in its process
+            free = endpoint.model_copy(update={"port": 0})
+            return AgentRunner(policy, config.environment, free, name, decode)
+        return AgentRunner(
+            policy,
+            config.environment,
+            endpoint,
+            name,
+            decode,
+            on_reject=runtime.rejections.record,
+            count=runtime.count,
+        )
     factory = EnvFactory(config.environment, make_verifier(config.task.verifier))
     return EpisodeRunner(policy, factory, config.environment, decode)
 

@@ -29,7 +29,7 @@ import torch
 
 from llamarl.engine.batches import running_batch
 from llamarl.engine.continuous import Sampler
-from llamarl.engine.episodes import EpisodeRunner, Sampling
+from llamarl.engine.episodes import PlaysEpisodes, Sampling
 from llamarl.engine.model import Policy
 from llamarl.engine.rollouts import pack_episodes, pack_groups
 from llamarl.engine.sampling import sample
@@ -46,6 +46,8 @@ from llamarl.topics import ROLLOUTS, VERSIONS
 from llamarl.weightsync import WeightReceiver
 
 log = structlog.get_logger(__name__)
+AGAINST_THE_RULES = ("env_error", "env_timeout", "agent_error", "agent_timeout", "max_requests")
+"""The ends of episodes whose environment or agent broke a rule, counted as episodes_REASON."""
 WAIT_MS = 500
 """Longest wait for an announcement before the store is asked (and the heartbeat written)."""
 
@@ -70,7 +72,7 @@ class Generator:
         prompt_set: PromptSet,
         receiver: WeightReceiver,
         rng: torch.Generator,
-        episodes: EpisodeRunner | None = None,
+        episodes: PlaysEpisodes | None = None,
         evaluations: GeneratorEvaluations | None = None,
         engine: VllmEngine | None = None,
     ) -> None:
@@ -172,7 +174,7 @@ class Generator:
             )
             self.runtime.count("episode_turns", sum(e.num_model_turns for e in episodes))
             ends = Counter(e.end for e in episodes)
-            for reason in ("env_error", "env_timeout"):
+            for reason in AGAINST_THE_RULES:
                 self.runtime.count(f"episodes_{reason}", ends[reason])
             written = sum(sum(v >= 0 for v in e.versions) for e in episodes)
             return pack_episodes(episodes, examples, pairs), written

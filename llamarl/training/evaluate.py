@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llamarl.engine.episodes import EpisodeRunner, Sampling
+from llamarl.engine.episodes import PlaysEpisodes, Sampling
 from llamarl.engine.model import Policy
 from llamarl.engine.rollouts import completion_texts
 from llamarl.engine.sampling import sample
@@ -93,7 +93,7 @@ def evaluate(
 
 
 def evaluate_episodes(
-    runner: EpisodeRunner,
+    runner: PlaysEpisodes,
     examples: Sequence[Example],
     score: TextScorer,
     max_turn_tokens: int,

@@ -39,19 +39,20 @@ def answer_demonstration(policy: Policy) -> Demonstration:
     return tokens
 
 
-def episode_demonstration(policy: Policy, factory: EnvFactory) -> Demonstration:
-    """The environment's worked episode: the model's turns (each ending in EOS) in the loss,
-    the prompt and the environment's replies out of it."""
+def episode_demonstration(policy: Policy, new_env: Callable[[], Any], kind: str) -> Demonstration:
+    """The worked episode of environments `new_env` makes (environment.kind `kind`): the
+    model's turns (each ending in EOS) in the loss, the prompt and the environment's replies out
+    of it."""
     renderer = TurnRenderer(policy)
-    probe = factory.new()
+    probe = new_env()
     if not callable(getattr(probe, "demonstration", None)):
         raise ConfigError(
-            f"environment.kind {factory.config.kind} has no demonstration() to warm-start on; "
+            f"environment.kind {kind} has no demonstration() to warm-start on; "
             "set trainer.sft_steps: 0"
         )
 
     def tokens(example: Example) -> tuple[list[int], list[int]]:
-        env: Any = factory.new()
+        env: Any = new_env()
         history: list[Message] = env.start(example)
         ids = renderer.prompt(history)
         labels = [-100] * len(ids)
@@ -72,6 +73,15 @@ def episode_demonstration(policy: Policy, factory: EnvFactory) -> Demonstration:
         return ids, labels
 
     return tokens
+
+
+def agent_demonstration(policy: Policy, spec: str | None) -> Demonstration:
+    """The worked episodes `environment.demonstration` writes, for an agent's warm start."""
+    assert spec is not None  # the launch refuses an agent's warm start without one
+    from llamarl.agents.demonstrations import AgentDemonstrations
+
+    demonstrations = AgentDemonstrations(spec)
+    return episode_demonstration(policy, lambda: demonstrations, "agent")
 
 
 def sft_batch(
@@ -131,9 +141,12 @@ def starting_policy(
                    config.trainer.dtype)  # fmt: skip
     if config.trainer.sft_steps:
         demonstrate = None
-        if config.environment.kind is not None:
-            factory = EnvFactory(config.environment, make_verifier(config.task.verifier))
-            demonstrate = episode_demonstration(policy, factory)
+        environment = config.environment
+        if environment.kind == "agent":
+            demonstrate = agent_demonstration(policy, environment.demonstration)
+        elif environment.kind is not None:
+            factory = EnvFactory(environment, make_verifier(config.task.verifier))
+            demonstrate = episode_demonstration(policy, factory.new, environment.kind)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
             supervised_warm_start(

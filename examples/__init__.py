@@ -1,0 +1,1 @@
+"""Agents and environments written with other libraries' own APIs, trained by llamarl."""

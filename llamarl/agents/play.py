@@ -1,0 +1,77 @@
+"""Your agent function, run once an episode: imported and checked before anything starts, then
+called on its own thread and event loop with the prompt row and an `openai.AsyncOpenAI` client
+pointed at the endpoint with the episode's key. A thread each, so an agent that blocks (not only
+one that awaits forever) holds up no other: one past its time is left behind on its daemon
+thread, and its episode is ended without it."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from llamarl.errors import ConfigError
+from llamarl.tasks import Example
+from llamarl.user_code import load_named
+
+Agent = Callable[[dict[str, Any], Any], Any]
+"""async (row, client) -> reward or None."""
+Done = Callable[[float | None, str | None], None]
+"""Told the agent's reward (None: none given) or its error."""
+
+
+def agent_function(spec: str) -> Agent:
+    """The async function `environment.agent` names; ConfigError when it is not one."""
+    function = load_named(spec, "environment.agent")
+    if not inspect.iscoroutinefunction(function):
+        raise ConfigError(
+            f"environment.agent {spec}: not an async function; write `async def "
+            f"{spec.partition(':')[2]}(row, client)` (docs/environments.md)"
+        )
+    return function
+
+
+def row_of(example: Example) -> dict[str, Any]:
+    """What the agent is given: the data row, with the prompt, answer and chat messages."""
+    row = {**example.row, "prompt": example.prompt, "answer": example.answer}
+    if example.messages:
+        row["messages"] = [dict(m) for m in example.messages]
+    return row
+
+
+def reward_of(value: Any) -> float | None:
+    """The agent's return value as a reward; TypeError for anything but a number or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TypeError(f"the agent returned {type(value).__name__}, not a finite number or None")
+    return float(value)
+
+
+async def _play(
+    agent: Agent, row: dict[str, Any], base_url: str, key: str, timeout_s: float
+) -> Any:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=timeout_s)
+    async with client:
+        return await asyncio.wait_for(agent(row, client), timeout_s)
+
+
+def start_agent(
+    agent: Agent, row: dict[str, Any], base_url: str, key: str, timeout_s: float, done: Done
+) -> None:
+    """Run one episode's agent on a thread of its own; `done` is told how it ended."""
+
+    def run() -> None:
+        try:
+            value = reward_of(asyncio.run(_play(agent, row, base_url, key, timeout_s)))
+        except Exception as err:  # the agent's own failure, recorded as its episode's end
+            done(None, f"{type(err).__name__}: {err}"[:300])
+            return
+        done(value, None)
+
+    threading.Thread(target=run, name="agent", daemon=True).start()

@@ -1,0 +1,183 @@
+"""One agent episode as the endpoint records it: the token ids the model was given and sampled,
+request by request, never re-tokenizing what the model wrote.
+
+The first request's context is rendered once (a chat request's messages by the chat template,
+a text request's prompt by the tokenizer, a list of ids as they are). A later request extends the
+recorded chain when it is the earlier one plus one of its sampled choices and new messages (chat:
+the same messages, then the assistant message the endpoint answered with; text: the same prompt,
+then the choice's text, or the same ids then the choice's ids): the choice's tokens are recorded
+with their behaviour log-probs and version, and only the new messages are rendered (the
+environment's tokens: version -1, no loss). A request that does not extend the chain is counted
+(`mismatches`) and starts the record again from its own context, so the episode's sample is the
+conversation's last consistent chain. The same request again samples afresh from the same place.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from llamarl.agents.messages import Normal, as_text, normal
+from llamarl.engine.episodes import Episode
+from llamarl.engine.turns import TurnRenderer
+from llamarl.envs.base import Message
+from llamarl.tasks import Example
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A sampled turn the agent may go on from."""
+
+    ids: list[int]
+    logprobs: list[float]
+    version: int
+    text: str
+    """Its text (without EOS; cut before a stop string)."""
+    ended_with_eos: bool
+    message: dict[str, Any] | None = None
+    """The assistant message the endpoint answered with (chat requests)."""
+
+
+@dataclass
+class AgentEpisode:
+    example: Example
+    episode_id: str = field(default_factory=lambda: secrets.token_hex(8))
+    secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    started: float = field(default_factory=time.monotonic)
+    prompt: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    seen: list[Normal] | None = None
+    """The last chat request's messages (None before the first request or after a text one)."""
+    history: list[Message] = field(default_factory=list)
+    """The same messages as the model reads them (for rendering the next reply)."""
+    prompt_text: str | None = None
+    """The last text request's prompt (a text prompt)."""
+    choices: list[Choice] = field(default_factory=list)
+    requests: int = 0
+    mismatches: int = 0
+    num_model_turns: int = 0
+    ended_with_eos: bool = False
+    busy: bool = False
+    """A request of its is waiting to be sampled."""
+    reward: float | None = None
+    end: str | None = None
+    error: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The API key that carries the episode: its id, then its secret."""
+        return f"{self.episode_id}.{self.secret}"
+
+    def context(self) -> list[int]:
+        return self.prompt + self.tokens
+
+    def _restart(self, ids: list[int]) -> list[int]:
+        if self.requests > 1:
+            self.mismatches += 1
+        self.prompt, self.tokens, self.logprobs, self.versions = list(ids), [], [], []
+        self.turns, self.choices, self.num_model_turns = [], [], 0
+        return self.context()
+
+    def _take(self, choice: Choice) -> None:
+        self.tokens += choice.ids
+        self.logprobs += choice.logprobs
+        self.versions += [choice.version] * len(choice.ids)
+        turn: dict[str, Any] = {"role": "assistant", "content": choice.text}
+        if choice.version >= 0:
+            turn["policy_version"] = choice.version
+        self.turns.append(turn)
+        self.num_model_turns += 1
+        self.ended_with_eos = choice.ended_with_eos
+        self.choices = []
+
+    def close(self, reason: str, error: str | None) -> None:
+        """End the episode; a turn sampled last and not yet answered by the agent (its answer,
+        or a turn it was cut off after) is recorded as its first choice."""
+        if self.choices:
+            self._take(self.choices[0])
+        self.end, self.error = reason, error
+
+    def _add_environment(self, ids: list[int], turns: list[Message]) -> None:
+        self.tokens += ids
+        self.logprobs += [0.0] * len(ids)
+        self.versions += [-1] * len(ids)
+        self.turns += [{"role": m["role"], "content": m["content"]} for m in turns]
+
+    def chat_context(self, renderer: TurnRenderer, messages: list[dict[str, Any]]) -> list[int]:
+        """The token ids to sample a chat request's next turn from (recording as above)."""
+        seen = [normal(m) for m in messages]
+        texts = [as_text(m) for m in messages]
+        known = self.seen
+        self.prompt_text = None
+        if known is not None and seen[: len(known)] == known:
+            if len(seen) == len(known):
+                return self.context()
+            chosen = next(
+                (c for c in self.choices if c.message and normal(c.message) == seen[len(known)]),
+                None,
+            )
+            if chosen is not None:
+                before, new = self.history, texts[len(known) + 1 :]
+                self._take(chosen)
+                if new:
+                    reply = renderer.reply(before, chosen.ended_with_eos, new)
+                    self._add_environment(reply, new)
+                self.seen, self.history = seen, texts
+                return self.context()
+        self.seen, self.history = seen, texts
+        return self._restart(renderer.prompt(texts))
+
+    def text_context(self, renderer: TurnRenderer, prompt: str | list[int]) -> list[int]:
+        """The token ids to sample a text request's next turn from (recording as above)."""
+        self.seen = None
+        if isinstance(prompt, list):
+            self.prompt_text = None
+            if prompt == self.context():
+                return self.context()
+            for choice in self.choices:
+                chain = self.context() + choice.ids
+                if prompt[: len(chain)] == chain:
+                    self._take(choice)
+                    rest = prompt[len(chain) :]
+                    self._add_environment(rest, [_text_turn(renderer, rest)] if rest else [])
+                    return self.context()
+            return self._restart(prompt)
+        known, self.prompt_text = self.prompt_text, prompt
+        if known is not None:
+            if prompt == known:
+                return self.context()
+            for choice in self.choices:
+                if prompt.startswith(known + choice.text):
+                    self._take(choice)
+                    after = prompt[len(known) + len(choice.text) :]
+                    turn = {"role": "user", "content": after}
+                    self._add_environment(renderer.text_ids(after) if after else [], [turn])
+                    return self.context()
+        return self._restart(list(renderer.tokenizer(prompt).input_ids))
+
+    def to_episode(self) -> Episode:
+        """The episode as every environment's are packed and scored."""
+        return Episode(
+            example=self.example,
+            env=None,
+            prompt=self.prompt,
+            history=[],
+            tokens=self.tokens,
+            logprobs=self.logprobs,
+            versions=self.versions,
+            turns=self.turns,
+            num_model_turns=self.num_model_turns,
+            ended_with_eos=self.ended_with_eos,
+            reward=self.reward,
+            end=self.end,
+            error=self.error,
+        )
+
+
+def _text_turn(renderer: TurnRenderer, ids: list[int]) -> Message:
+    return {"role": "user", "content": str(renderer.tokenizer.decode(ids))}

@@ -1,0 +1,120 @@
+"""A sampled turn as the endpoint answers it: the choice it records (token ids, behaviour
+log-probs, version), cut at the first stop string, and the OpenAI response body around it, with
+llamarl's additions a client library keeps as extra fields: each choice's `token_ids` and the
+response's `policy_version`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from llamarl.agents.messages import reply_message
+from llamarl.agents.record import Choice
+from llamarl.agents.wire import ChatRequest, Request
+from llamarl.engine.model import Policy
+
+
+def sampled_choice(
+    policy: Policy,
+    ids: list[int],
+    logprobs: list[float],
+    version: int,
+    stops: Sequence[str],
+) -> tuple[Choice, str]:
+    """The choice a sampled row makes and its finish reason (stop, or length when cut at its
+    token budget): without EOS in its text, and ending where its first stop string begins (the
+    token that holds the stop string's start is the last one kept)."""
+    eos = policy.eos_id
+    ended_with_eos = bool(ids) and ids[-1] == eos
+    spoken = ids[:-1] if ended_with_eos else ids
+    decode = policy.tokenizer.decode
+    text = str(decode(spoken, skip_special_tokens=True))
+    finish = "stop" if ended_with_eos else "length"
+    cuts = [at for at in (text.find(s) for s in stops) if at >= 0]
+    if cuts:
+        cut = min(cuts)
+        size = next(
+            k
+            for k in range(1, len(spoken) + 1)
+            if len(str(decode(spoken[:k], skip_special_tokens=True))) > cut
+        )
+        ids, logprobs, text, finish, ended_with_eos = (
+            ids[:size],
+            logprobs[:size],
+            text[:cut],
+            "stop",
+            False,
+        )
+    return Choice(ids, logprobs[: len(ids)], version, text, ended_with_eos), finish
+
+
+def _chat_logprobs(policy: Policy, choice: Choice) -> dict[str, Any]:
+    tokens = policy.tokenizer.convert_ids_to_tokens(choice.ids)
+    return {
+        "content": [
+            {"token": str(t), "logprob": lp, "bytes": list(str(t).encode()), "top_logprobs": []}
+            for t, lp in zip(tokens, choice.logprobs, strict=True)
+        ]
+    }
+
+
+def _text_logprobs(policy: Policy, choice: Choice) -> dict[str, Any]:
+    tokens = [str(t) for t in policy.tokenizer.convert_ids_to_tokens(choice.ids)]
+    offsets, at = [], 0
+    for token in tokens:
+        offsets.append(at)
+        at += len(token)
+    return {
+        "tokens": tokens,
+        "token_logprobs": choice.logprobs,
+        "top_logprobs": None,
+        "text_offset": offsets,
+    }
+
+
+def response_body(
+    policy: Policy,
+    request: Request,
+    ident: str,
+    model: str,
+    context: list[int],
+    sampled: list[tuple[Choice, str]],
+) -> tuple[list[Choice], dict[str, Any]]:
+    """The choices as the episode keeps them (chat: with the message answered) and the body."""
+    chat = isinstance(request, ChatRequest)
+    kept, bodies = [], []
+    for index, (choice, finish) in enumerate(sampled):
+        body: dict[str, Any] = {"index": index, "finish_reason": finish, "token_ids": choice.ids}
+        if isinstance(request, ChatRequest):
+            message = reply_message(choice.text, request.offered_tools(), f"call_{ident}_{index}")
+            choice = Choice(**{**vars(choice), "message": message})
+            if "tool_calls" in message:
+                body["finish_reason"] = "tool_calls"
+            body["message"] = message
+            body["logprobs"] = _chat_logprobs(policy, choice) if request.logprobs else None
+        else:
+            body["text"] = choice.text
+            body["logprobs"] = _text_logprobs(policy, choice) if request.logprobs else None
+        kept.append(choice)
+        bodies.append(body)
+    completion = sum(len(c.ids) for c in kept)
+    return kept, {
+        "id": f"{'chatcmpl' if chat else 'cmpl'}-{ident}",
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": bodies,
+        "usage": {
+            "prompt_tokens": len(context),
+            "completion_tokens": completion,
+            "total_tokens": len(context) + completion,
+        },
+        "policy_version": kept[0].version if kept else -1,
+    }
+
+
+def error_body(status: int, message: str) -> dict[str, Mapping[str, Any]]:
+    """An OpenAI-style error answer."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "code": status}}

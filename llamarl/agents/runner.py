@@ -1,0 +1,274 @@
+"""Agent episodes, many at once (`environment.kind: agent`): each episode's agent function runs
+against the endpoint with the episode's key, and the requests of all of them are sampled in
+batches by the engine, on the caller's thread (which owns the model).
+
+A batch is sampled when every running episode has a request waiting, or when the first waiting
+one has waited `generation.openai.batch_wait_ms` (an agent busy with a tool need not hold the
+others up). `before_turn` runs before each batch (the generator takes up a newly announced
+version there), so an episode's later turns may be newer than its first; every token keeps the
+version that sampled it.
+
+An episode ends when its agent returns (`done`, with the reward it returned or None for the
+reward workers to score its last turn), raises or returns anything else (`agent_error`),
+overruns `environment.episode_timeout_s` (`agent_timeout`), asks for more than
+`environment.max_requests` requests (`max_requests`), or asks for a turn once its
+`environment.max_tokens` are spent (`max_tokens`). An ended episode's key is revoked at once;
+its agent is not waited for. Requests that break a rule are answered with a 4xx and counted:
+a second request while one of the same episode waits (429), the chat template refusing the
+messages (400).
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+from llamarl.agents.endpoint import Endpoint, Waiting
+from llamarl.agents.play import Agent, agent_function, row_of, start_agent
+from llamarl.agents.record import AgentEpisode
+from llamarl.agents.responses import error_body, response_body, sampled_choice
+from llamarl.agents.server import ServerThread
+from llamarl.agents.wire import ChatRequest
+from llamarl.config import EnvironmentConfig
+from llamarl.config.endpoint import EndpointConfig
+from llamarl.engine.episodes import Decode, Episode, Sampling
+from llamarl.engine.model import Policy
+from llamarl.engine.sampling import sample
+from llamarl.engine.turns import TurnRenderer
+from llamarl.limits import RejectHook
+from llamarl.tasks import Example
+
+Count = Callable[[str, float], None]
+
+
+@dataclass(frozen=True)
+class Ended:
+    """An agent that returned or raised."""
+
+    episode: AgentEpisode
+    reward: float | None
+    error: str | None
+
+
+def _ignore(*_: object) -> None:
+    """Counts nobody reads (an evaluation's)."""
+
+
+class AgentRunner:
+    def __init__(
+        self,
+        policy: Policy,
+        config: EnvironmentConfig,
+        endpoint: EndpointConfig,
+        model_name: str,
+        decode: Decode = sample,
+        on_reject: RejectHook = _ignore,
+        count: Count = _ignore,
+    ) -> None:
+        assert config.agent is not None
+        self.policy = policy
+        self.config = config
+        self.agent: Agent = agent_function(config.agent)
+        self.decode = decode
+        self.renderer = TurnRenderer(policy)
+        self.inbox: queue.Queue[Waiting | Ended] = queue.Queue()
+        self.on_reject = on_reject
+        self.count = count
+        self.version = -1
+        self.wait_s = endpoint.batch_wait_ms / 1000
+        self.endpoint = Endpoint(model_name, lambda: self.version, endpoint, self.inbox, on_reject)
+        self.server = ServerThread(self.endpoint.app(), endpoint.host, endpoint.port)
+        self.server.start()
+
+    def close(self) -> None:
+        self.server.stop()
+
+    def run(
+        self,
+        examples: Sequence[Example],
+        num_samples: int,
+        sampling: Sampling,
+        version: Callable[[], int],
+        before_turn: Callable[[], None] | None = None,
+    ) -> list[Episode]:
+        """n episodes of each example, in example order, every one ended."""
+        episodes = [AgentEpisode(e) for e in examples for _ in range(num_samples)]
+        running = {e.episode_id: e for e in episodes}
+        for episode in episodes:
+            self.endpoint.open(episode)
+            done = partial(self._ended, episode)
+            start_agent(
+                self.agent,
+                row_of(episode.example),
+                self.server.base_url,
+                episode.key,
+                self.config.episode_timeout_s,
+                done,
+            )
+        waiting: list[Waiting] = []
+        while running:
+            self._gather(running, waiting, sampling)
+            self._expire(running, waiting)
+            if waiting:
+                if before_turn is not None:
+                    before_turn()
+                self.version = version()
+                self._sample(waiting, sampling)
+                waiting = []
+        self.count("agent_prefix_mismatches", sum(e.mismatches for e in episodes))
+        played = [e.to_episode() for e in episodes]
+        for start in range(0, len(played), num_samples):
+            self._one_prompt(played[start : start + num_samples])
+        return played
+
+    def _one_prompt(self, group: list[Episode]) -> None:
+        """The group's episodes under one prompt, as a rollout group has: the longest prefix
+        their own first contexts share (an episode whose agent asked nothing starts from the
+        example's prompt); the rest of each one's is the environment's tokens."""
+        for episode in group:
+            if not episode.prompt and not episode.tokens:
+                episode.prompt = self.policy.encode_example(episode.example)
+        shared = 0
+        first = group[0].prompt
+        while shared < len(first) and all(
+            len(e.prompt) > shared and e.prompt[shared] == first[shared] for e in group
+        ):
+            shared += 1
+        for episode in group:
+            own = episode.prompt[shared:]
+            episode.prompt = episode.prompt[:shared]
+            episode.tokens = own + episode.tokens
+            episode.logprobs = [0.0] * len(own) + episode.logprobs
+            episode.versions = [-1] * len(own) + episode.versions
+
+    def _ended(self, episode: AgentEpisode, reward: float | None, error: str | None) -> None:
+        self.inbox.put(Ended(episode, reward, error))
+
+    def _gather(
+        self, running: dict[str, AgentEpisode], waiting: list[Waiting], sampling: Sampling
+    ) -> None:
+        """Take what arrives until a batch is ready (see the module's doc) or an episode's time
+        may be up."""
+        while running:
+            if waiting and len(waiting) == len(running):
+                return
+            now = time.monotonic()
+            next_end = min(e.started for e in running.values()) + self.config.episode_timeout_s
+            until = next_end if not waiting else min(next_end, waiting[0].arrived + self.wait_s)
+            try:
+                item = self.inbox.get(timeout=max(0.0, until - now))
+            except queue.Empty:
+                return
+            if isinstance(item, Ended):
+                self._finish(item, running, waiting)
+            else:
+                self._admit(item, running, waiting, sampling)
+
+    def _end(
+        self,
+        episode: AgentEpisode,
+        reason: str,
+        running: dict[str, AgentEpisode],
+        waiting: list[Waiting],
+        error: str | None = None,
+    ) -> None:
+        episode.close(reason, error)
+        self.endpoint.close(episode)
+        running.pop(episode.episode_id, None)
+        for item in [w for w in waiting if w.episode is episode]:
+            waiting.remove(item)
+            self._refuse(item, 410, "episode_over", f"the episode has ended ({reason})")
+
+    def _finish(
+        self, ended: Ended, running: dict[str, AgentEpisode], waiting: list[Waiting]
+    ) -> None:
+        episode = ended.episode
+        if episode.episode_id not in running:  # ended already, by a limit
+            return
+        if ended.error is None:
+            episode.reward = ended.reward
+        self._end(
+            episode, "done" if ended.error is None else "agent_error", running, waiting, ended.error
+        )
+
+    def _refuse(self, item: Waiting, status: int, reason: str, message: str) -> None:
+        self.on_reject(reason, message)
+        item.answer.set_result((status, error_body(status, message)))
+
+    def _admit(
+        self,
+        item: Waiting,
+        running: dict[str, AgentEpisode],
+        waiting: list[Waiting],
+        sampling: Sampling,
+    ) -> None:
+        episode = item.episode
+        if episode.episode_id not in running:
+            return self._refuse(item, 401, "episode_key", "the API key is no live episode's")
+        if any(w.episode is episode for w in waiting):
+            return self._refuse(item, 429, "episode_busy", "one request at a time an episode")
+        episode.requests += 1
+        if episode.requests > self.config.max_requests:
+            self._refuse(item, 429, "max_requests", f"over {self.config.max_requests} requests")
+            return self._end(episode, "max_requests", running, waiting)
+        try:
+            if isinstance(item.body, ChatRequest):
+                messages = [m.model_dump(exclude_none=True) for m in item.body.messages]
+                item.context = episode.chat_context(self.renderer, messages)
+            else:
+                item.context = episode.text_context(self.renderer, item.body.prompt)
+        except Exception as err:  # the chat template refused the agent's messages
+            detail = f"{type(err).__name__}: {err}"[:200]
+            return self._refuse(item, 400, "bad_messages", f"cannot render the messages: {detail}")
+        budget = self.config.max_tokens - len(episode.tokens)
+        if budget <= 0:
+            self._refuse(item, 400, "max_tokens", "the episode's token budget is spent")
+            return self._end(episode, "max_tokens", running, waiting)
+        asked = item.body.limit() or sampling.max_turn_tokens
+        item.budget = min(asked, sampling.max_turn_tokens, budget)
+        waiting.append(item)
+
+    def _expire(self, running: dict[str, AgentEpisode], waiting: list[Waiting]) -> None:
+        now = time.monotonic()
+        for episode in list(running.values()):
+            if now - episode.started >= self.config.episode_timeout_s:
+                self._end(episode, "agent_timeout", running, waiting, "timeout")
+
+    def _sample(self, waiting: list[Waiting], sampling: Sampling) -> None:
+        """Sample every waiting request, those with the same settings in one batch."""
+        batches: dict[tuple[int, float, float], list[Waiting]] = {}
+        for item in waiting:
+            body = item.body
+            temperature = sampling.temperature if body.temperature is None else body.temperature
+            top_p = sampling.top_p if body.top_p is None else body.top_p
+            batches.setdefault((body.n, temperature, top_p), []).append(item)
+        for (n, temperature, top_p), items in batches.items():
+            greedy = sampling.greedy or temperature == 0
+            batch = self.decode(
+                self.policy,
+                [w.context for w in items],
+                num_samples=n,
+                max_new_tokens=max(w.budget for w in items),
+                temperature=temperature if not greedy else 1.0,
+                top_p=top_p,
+                generator=sampling.generator,
+                greedy=greedy,
+            )
+            for i, item in enumerate(items):
+                sampled = []
+                for row in range(i * n, (i + 1) * n):
+                    length = min(int(batch.completion_mask[row].sum()), item.budget)
+                    ids = batch.completion_ids[row, :length].tolist()
+                    logprobs = batch.logprobs[row, :length].tolist()
+                    sampled.append(
+                        sampled_choice(self.policy, ids, logprobs, self.version, item.body.stops())
+                    )
+                episode = item.episode
+                ident = f"{episode.episode_id}-{episode.requests}"
+                episode.choices, answer = response_body(
+                    self.policy, item.body, ident, self.endpoint.model, item.context, sampled
+                )
+                item.answer.set_result((200, answer))

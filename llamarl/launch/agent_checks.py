@@ -1,0 +1,36 @@
+"""What a launch checks of an agent run (`environment.kind: agent`) before it starts anything:
+the agent is an async function that imports, and a warm start's demonstrations are written
+well-formed (tried on the first training prompt)."""
+
+from __future__ import annotations
+
+from llamarl.agents.demonstrations import AgentDemonstrations
+from llamarl.agents.play import agent_function
+from llamarl.config import RunConfig
+from llamarl.errors import ConfigError
+from llamarl.tasks import make_prompt_set
+
+
+def check_agent(config: RunConfig) -> None:
+    """ConfigError naming the environment field that is wrong."""
+    environment = config.environment
+    assert environment.agent is not None
+    agent_function(environment.agent)
+    if not config.trainer.sft_steps:
+        return
+    if environment.demonstration is None:
+        raise ConfigError(
+            "trainer.sft_steps: an agent warm-starts on the conversations "
+            "environment.demonstration writes; set it, or set trainer.sft_steps: 0"
+        )
+    demonstrations = AgentDemonstrations(environment.demonstration)
+    example = make_prompt_set(config.task, config.seed).train_item(0)
+    try:
+        demonstrations.demonstration(example)
+    except ConfigError:
+        raise
+    except Exception as err:  # the user's function failing is a configuration problem
+        raise ConfigError(
+            f"environment.demonstration {environment.demonstration}: failed on the first "
+            f"prompt ({type(err).__name__}: {err})"
+        ) from None

@@ -1,0 +1,122 @@
+"""Agents for the endpoint tests, importable as `tests.user_agents:name` like a user's: plain
+`openai` client code. What they saw is kept by the episode's key (`SEEN`, `OUTCOMES`) for the
+test to compare with what the runner recorded. Every text they write uses the built model's
+characters (digits, `+-*= `), so its character tokenizer spells it exactly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import Any
+
+import httpx
+import openai
+
+SEEN: dict[str, list[dict[str, Any]]] = {}
+"""key -> each answer's first choice: token_ids, log-probs, policy_version."""
+OUTCOMES: dict[str, list[str]] = {}
+"""key -> what each of its refused requests was answered (the error's class name)."""
+FINISHED_KEYS: list[str] = []
+"""Keys of episodes whose agent has returned (a later agent tries them: stale keys)."""
+RELEASE = threading.Event()
+"""Set by a test to let a blocked agent go."""
+
+
+def _keep(client: Any, reply: Any) -> None:
+    choice = reply.choices[0]
+    logprobs = [t.logprob for t in choice.logprobs.content] if choice.logprobs else []
+    SEEN.setdefault(client.api_key, []).append(
+        {
+            "token_ids": choice.model_extra["token_ids"],
+            "logprobs": logprobs,
+            "policy_version": reply.model_extra["policy_version"],
+        }
+    )
+
+
+async def three_turns(row: dict[str, Any], client: Any) -> float:
+    """Three turns, each answered with `+1 `; the reward is the prompt's index parity."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": row["prompt"]}]
+    for _ in range(3):
+        reply = await client.chat.completions.create(
+            model="policy", messages=messages, max_tokens=6, logprobs=True
+        )
+        _keep(client, reply)
+        messages.append(reply.choices[0].message.model_dump(exclude_none=True))
+        messages.append({"role": "user", "content": "+1 "})
+    FINISHED_KEYS.append(client.api_key)
+    return float(row["a"] % 2)
+
+
+async def text_turns(row: dict[str, Any], client: Any) -> None:
+    """Two text completions, the second prompt the first, its completion and `= `."""
+    prompt = row["prompt"]
+    for _ in range(2):
+        reply = await client.completions.create(model="policy", prompt=prompt, max_tokens=5)
+        _keep(client, reply)
+        prompt = prompt + reply.choices[0].text + "= "
+
+
+async def _refused(client: Any, call: Any) -> None:
+    try:
+        await call
+    except openai.APIStatusError as err:
+        OUTCOMES.setdefault(client.api_key, []).append(type(err).__name__)
+
+
+async def forger(row: dict[str, Any], client: Any) -> None:
+    """A request with a forged key, then one with each finished episode's key, then its own."""
+    forged = client.with_options(api_key=client.api_key.split(".")[0] + ".forged")
+    await _refused(client, forged.models.list())
+    for key in FINISHED_KEYS:
+        stale = client.with_options(api_key=key)
+        message = {"role": "user", "content": "1"}
+        await _refused(client, stale.chat.completions.create(model="p", messages=[message]))
+    reply = await client.chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": row["prompt"]}], max_tokens=3
+    )
+    _keep(client, reply)
+
+
+async def one_request(client: Any, row: dict[str, Any]) -> Any:
+    return await client.chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": row["prompt"]}], max_tokens=4
+    )
+
+
+async def misbehaves(row: dict[str, Any], client: Any) -> float | None:
+    """By the prompt's index: raise, hang, block its thread, flood, two at once, or behave."""
+    kind = row["a"] % 6
+    await one_request(client, row)
+    if kind == 0:
+        raise ValueError("the agent's own bug")
+    if kind == 1:
+        await asyncio.sleep(3600)
+    if kind == 2:
+        RELEASE.wait(3600)
+    if kind == 3:
+        while True:
+            await one_request(client, row)
+    if kind == 4:
+        await asyncio.gather(
+            _refused(client, one_request(client, row)), _refused(client, one_request(client, row))
+        )
+    return 1.0
+
+
+async def raw_requests(row: dict[str, Any], client: Any) -> None:
+    """Bodies no client library sends: not JSON, an unknown field, too large; then a good one."""
+    url = f"{client.base_url}chat/completions"
+    headers = {"Authorization": f"Bearer {client.api_key}", "Content-Type": "application/json"}
+    message = {"role": "user", "content": row["prompt"]}
+    bodies = [
+        b"{not json",
+        json.dumps({"model": "p", "messages": [message], "best_of": 2}).encode(),
+        json.dumps({"model": "p", "messages": [message] * 40_000}).encode(),
+    ]
+    async with httpx.AsyncClient() as http:
+        for body in bodies:
+            answer = await http.post(url, content=body, headers=headers)
+            OUTCOMES.setdefault(client.api_key, []).append(str(answer.status_code))
+    await one_request(client, row)
