@@ -16,8 +16,8 @@ setup:
 	bash scripts/setup.sh
 
 lint: setup
-	$(BIN)/ruff check llamarl brokers workers tests scripts
-	$(BIN)/ruff format --check llamarl brokers workers tests scripts
+	$(BIN)/ruff check llamarl brokers workers tests scripts examples
+	$(BIN)/ruff format --check llamarl brokers workers tests scripts examples
 	$(BIN)/mypy
 
 test: lint

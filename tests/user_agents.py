@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -120,3 +122,38 @@ async def raw_requests(row: dict[str, Any], client: Any) -> None:
             answer = await http.post(url, content=body, headers=headers)
             OUTCOMES.setdefault(client.api_key, []).append(str(answer.status_code))
     await one_request(client, row)
+
+
+async def paced(row: dict[str, Any], client: Any) -> None:
+    """Two turns 0.15 s apart, each marked in $LLAMARL_TEST_MARKERS/<pid>; a prompt whose `a` is
+    a multiple of 7 raises after its first turn."""
+    marker = Path(os.environ["LLAMARL_TEST_MARKERS"]) / str(os.getpid())
+    messages: list[dict[str, Any]] = [{"role": "user", "content": row["prompt"]}]
+    for turn in range(2):
+        reply = await client.chat.completions.create(model="p", messages=messages, max_tokens=4)
+        marker.touch()
+        await asyncio.sleep(0.15)
+        if turn == 0 and row["a"] % 7 == 0:
+            raise ValueError("a multiple of 7")
+        messages.append(reply.choices[0].message.model_dump(exclude_none=True))
+        messages.append({"role": "user", "content": "= 7 "})
+
+
+async def odd_requests(row: dict[str, Any], client: Any) -> None:
+    """Requests a client library sends that the model cannot serve as asked: a token id outside
+    the vocabulary, too many choices, then a good one at another temperature, then a context
+    longer than the model takes (which ends the episode)."""
+    outcomes = OUTCOMES.setdefault(client.api_key, [])
+    message = [{"role": "user", "content": row["prompt"]}]
+    calls = [
+        client.completions.create(model="p", prompt=[10**9], max_tokens=2),
+        client.chat.completions.create(model="p", messages=message, n=9, max_tokens=2),
+        client.chat.completions.create(model="p", messages=message, temperature=0.5, max_tokens=2),
+        client.completions.create(model="p", prompt="1" * 5000, max_tokens=2),
+    ]
+    for call in calls:
+        try:
+            await call
+            outcomes.append("200")
+        except openai.APIStatusError as err:
+            outcomes.append(str(err.status_code))

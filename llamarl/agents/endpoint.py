@@ -59,8 +59,11 @@ class Endpoint:
         limits: EndpointConfig,
         inbox: queue.Queue[Any],
         on_reject: RejectHook,
+        answer_timeout_s: float,
     ) -> None:
         self.model = model
+        self.answer_timeout_s = answer_timeout_s
+        """The longest a request waits for its answer (an episode's time, then it is over)."""
         self.version = version
         self.limits = limits
         self.inbox = inbox
@@ -86,7 +89,7 @@ class Endpoint:
             episode = self.live.get(episode_id)
         if scheme.lower() != "bearer" or episode is None:
             return None
-        return episode if secrets.compare_digest(episode.secret, secret) else None
+        return episode if secrets.compare_digest(episode.secret.encode(), secret.encode()) else None
 
     def refuse(self, status: int, reason: str, message: str) -> JSONResponse:
         self.on_reject(reason, message)
@@ -123,13 +126,18 @@ class Endpoint:
                 )
             try:
                 parsed = kind.model_validate(json.loads(body))
-            except ValueError as err:
+            except (ValueError, RecursionError) as err:  # RecursionError: JSON nested too deep
                 detail = problem(err) if isinstance(err, ValidationError) else "not JSON"
                 return self.refuse(400, "bad_request", f"the request body: {detail}")
             assert isinstance(parsed, ChatRequest | CompletionRequest)
             waiting = Waiting(episode, parsed)
             self.inbox.put(waiting)
-            status, answer = await asyncio.wrap_future(waiting.answer)
+            try:
+                status, answer = await asyncio.wait_for(
+                    asyncio.wrap_future(waiting.answer), self.answer_timeout_s
+                )
+            except asyncio.TimeoutError:
+                return self.refuse(504, "unanswered", "the episode ended before an answer")
             return JSONResponse(answer, status_code=status)
         finally:
             self.active -= 1

@@ -74,8 +74,14 @@ def parameter_of(tools: Sequence[Mapping[str, Any]], name: str) -> str | None:
         function = tool.get("function") or {}
         if function.get("name") != name:
             continue
-        properties = (function.get("parameters") or {}).get("properties") or {}
-        strings = [p for p, schema in properties.items() if schema.get("type") == "string"]
+        properties = (function.get("parameters") or {}).get("properties")
+        if not isinstance(properties, Mapping):
+            return DEFAULT_PARAMETER
+        strings = [
+            name
+            for name, schema in properties.items()
+            if isinstance(schema, Mapping) and schema.get("type") == "string"
+        ]
         return strings[0] if len(strings) == 1 else DEFAULT_PARAMETER
     return None
 

@@ -69,7 +69,7 @@ def start_agent(
     def run() -> None:
         try:
             value = reward_of(asyncio.run(_play(agent, row, base_url, key, timeout_s)))
-        except Exception as err:  # the agent's own failure, recorded as its episode's end
+        except BaseException as err:  # the agent's own failure (cancelled too): its end
             done(None, f"{type(err).__name__}: {err}"[:300])
             return
         done(value, None)

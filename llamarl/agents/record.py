@@ -62,8 +62,8 @@ class AgentEpisode:
     mismatches: int = 0
     num_model_turns: int = 0
     ended_with_eos: bool = False
-    busy: bool = False
-    """A request of its is waiting to be sampled."""
+    started_at: int | None = None
+    """The length of its first request's context (what `length` counts from)."""
     reward: float | None = None
     end: str | None = None
     error: str | None = None
@@ -76,21 +76,36 @@ class AgentEpisode:
     def context(self) -> list[int]:
         return self.prompt + self.tokens
 
+    def length(self) -> int:
+        """How far its context has grown beyond its first request's (environment.max_tokens
+        bounds it, restarts or not)."""
+        return len(self.context()) - (self.started_at or 0)
+
+    def saved(self) -> dict[str, Any]:
+        """Its state, to put back (`restore`) when a request turns out to be refused: every
+        update below replaces a list instead of changing it."""
+        return dict(vars(self))
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        vars(self).update(saved)
+
     def _restart(self, ids: list[int]) -> list[int]:
-        if self.requests > 1:
+        if self.started_at is None:
+            self.started_at = len(ids)
+        else:
             self.mismatches += 1
         self.prompt, self.tokens, self.logprobs, self.versions = list(ids), [], [], []
         self.turns, self.choices, self.num_model_turns = [], [], 0
         return self.context()
 
     def _take(self, choice: Choice) -> None:
-        self.tokens += choice.ids
-        self.logprobs += choice.logprobs
-        self.versions += [choice.version] * len(choice.ids)
+        self.tokens = self.tokens + choice.ids
+        self.logprobs = self.logprobs + choice.logprobs
+        self.versions = self.versions + [choice.version] * len(choice.ids)
         turn: dict[str, Any] = {"role": "assistant", "content": choice.text}
         if choice.version >= 0:
             turn["policy_version"] = choice.version
-        self.turns.append(turn)
+        self.turns = [*self.turns, turn]
         self.num_model_turns += 1
         self.ended_with_eos = choice.ended_with_eos
         self.choices = []
@@ -103,10 +118,10 @@ class AgentEpisode:
         self.end, self.error = reason, error
 
     def _add_environment(self, ids: list[int], turns: list[Message]) -> None:
-        self.tokens += ids
-        self.logprobs += [0.0] * len(ids)
-        self.versions += [-1] * len(ids)
-        self.turns += [{"role": m["role"], "content": m["content"]} for m in turns]
+        self.tokens = self.tokens + ids
+        self.logprobs = self.logprobs + [0.0] * len(ids)
+        self.versions = self.versions + [-1] * len(ids)
+        self.turns = self.turns + [{"role": m["role"], "content": m["content"]} for m in turns]
 
     def chat_context(self, renderer: TurnRenderer, messages: list[dict[str, Any]]) -> list[int]:
         """The token ids to sample a chat request's next turn from (recording as above)."""
@@ -139,7 +154,7 @@ class AgentEpisode:
             self.prompt_text = None
             if prompt == self.context():
                 return self.context()
-            for choice in self.choices:
+            for choice in sorted(self.choices, key=lambda c: -len(c.ids)):
                 chain = self.context() + choice.ids
                 if prompt[: len(chain)] == chain:
                     self._take(choice)
@@ -151,7 +166,7 @@ class AgentEpisode:
         if known is not None:
             if prompt == known:
                 return self.context()
-            for choice in self.choices:
+            for choice in sorted(self.choices, key=lambda c: -len(c.text)):
                 if prompt.startswith(known + choice.text):
                     self._take(choice)
                     after = prompt[len(known) + len(choice.text) :]

@@ -23,30 +23,30 @@ def sampled_choice(
     stops: Sequence[str],
 ) -> tuple[Choice, str]:
     """The choice a sampled row makes and its finish reason (stop, or length when cut at its
-    token budget): without EOS in its text, and ending where its first stop string begins (the
-    token that holds the stop string's start is the last one kept)."""
+    token budget): without EOS in its text, and ending where its first stop string begins. The
+    tokens kept are those wholly before the stop string, or, when a token holds text on both
+    sides of its start, up to that token."""
     eos = policy.eos_id
     ended_with_eos = bool(ids) and ids[-1] == eos
     spoken = ids[:-1] if ended_with_eos else ids
-    decode = policy.tokenizer.decode
-    text = str(decode(spoken, skip_special_tokens=True))
-    finish = "stop" if ended_with_eos else "length"
+    text = str(policy.tokenizer.decode(spoken, skip_special_tokens=True))
     cuts = [at for at in (text.find(s) for s in stops) if at >= 0]
-    if cuts:
-        cut = min(cuts)
-        size = next(
-            k
-            for k in range(1, len(spoken) + 1)
-            if len(str(decode(spoken[:k], skip_special_tokens=True))) > cut
+    if not cuts:
+        return Choice(ids, logprobs, version, text, ended_with_eos), (
+            "stop" if ended_with_eos else "length"
         )
-        ids, logprobs, text, finish, ended_with_eos = (
-            ids[:size],
-            logprobs[:size],
-            text[:cut],
-            "stop",
-            False,
-        )
-    return Choice(ids, logprobs[: len(ids)], version, text, ended_with_eos), finish
+    cut = min(cuts)
+    size = _kept(policy, spoken, text[:cut])
+    return Choice(ids[:size], logprobs[:size], version, text[:cut], False), "stop"
+
+
+def _kept(policy: Policy, spoken: list[int], before: str) -> int:
+    """How many of `spoken` to keep for the text `before` (see `sampled_choice`)."""
+    for size in range(len(spoken) + 1):
+        prefix = str(policy.tokenizer.decode(spoken[:size], skip_special_tokens=True))
+        if prefix == before or len(prefix) > len(before):
+            return size
+    return len(spoken)
 
 
 def _chat_logprobs(policy: Policy, choice: Choice) -> dict[str, Any]:

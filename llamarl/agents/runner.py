@@ -23,15 +23,18 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import InvalidStateError
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from llamarl.agents.endpoint import Endpoint, Waiting
+from llamarl.agents.limits import RequestLimits, positions
 from llamarl.agents.play import Agent, agent_function, row_of, start_agent
-from llamarl.agents.record import AgentEpisode
+from llamarl.agents.record import AgentEpisode, Choice
 from llamarl.agents.responses import error_body, response_body, sampled_choice
 from llamarl.agents.server import ServerThread
-from llamarl.agents.wire import ChatRequest
+from llamarl.agents.wire import ChatRequest, Request
 from llamarl.config import EnvironmentConfig
 from llamarl.config.endpoint import EndpointConfig
 from llamarl.engine.episodes import Decode, Episode, Sampling
@@ -51,6 +54,14 @@ class Ended:
     episode: AgentEpisode
     reward: float | None
     error: str | None
+
+
+def context_of(episode: AgentEpisode, renderer: TurnRenderer, body: Request) -> list[int]:
+    """The token ids `body` is sampled from, recorded in `episode`."""
+    if isinstance(body, ChatRequest):
+        messages = [m.model_dump(exclude_none=True) for m in body.messages]
+        return episode.chat_context(renderer, messages)
+    return episode.text_context(renderer, body.prompt)
 
 
 def _ignore(*_: object) -> None:
@@ -79,7 +90,15 @@ class AgentRunner:
         self.count = count
         self.version = -1
         self.wait_s = endpoint.batch_wait_ms / 1000
-        self.endpoint = Endpoint(model_name, lambda: self.version, endpoint, self.inbox, on_reject)
+        self.limits = RequestLimits(endpoint.max_choices, len(policy.tokenizer), positions(policy))
+        self.endpoint = Endpoint(
+            model_name,
+            lambda: self.version,
+            endpoint,
+            self.inbox,
+            on_reject,
+            config.episode_timeout_s,
+        )
         self.server = ServerThread(self.endpoint.app(), endpoint.host, endpoint.port)
         self.server.start()
 
@@ -95,6 +114,7 @@ class AgentRunner:
         before_turn: Callable[[], None] | None = None,
     ) -> list[Episode]:
         """n episodes of each example, in example order, every one ended."""
+        self.version = version()
         episodes = [AgentEpisode(e) for e in examples for _ in range(num_samples)]
         running = {e.episode_id: e for e in episodes}
         for episode in episodes:
@@ -118,16 +138,29 @@ class AgentRunner:
                 self.version = version()
                 self._sample(waiting, sampling)
                 waiting = []
+        self._answer_late()
         self.count("agent_prefix_mismatches", sum(e.mismatches for e in episodes))
         played = [e.to_episode() for e in episodes]
         for start in range(0, len(played), num_samples):
             self._one_prompt(played[start : start + num_samples])
         return played
 
+    def _answer_late(self) -> None:
+        """Refuse what reached the inbox after its episode ended (410), and forget the rest."""
+        while True:
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, Waiting):
+                self._refuse(item, 410, "episode_over", "the episode has ended")
+
     def _one_prompt(self, group: list[Episode]) -> None:
         """The group's episodes under one prompt, as a rollout group has: the longest prefix
-        their own first contexts share (an episode whose agent asked nothing starts from the
-        example's prompt); the rest of each one's is the environment's tokens."""
+        their recorded prompts share (an episode whose agent asked nothing starts from the
+        example's prompt); the rest of each one's is the environment's tokens. Prompts that
+        share no token cannot form a group: its episodes end agent_error, with nothing to train
+        (the group is set aside and its prompt drawn anew)."""
         for episode in group:
             if not episode.prompt and not episode.tokens:
                 episode.prompt = self.policy.encode_example(episode.example)
@@ -137,6 +170,12 @@ class AgentRunner:
             len(e.prompt) > shared and e.prompt[shared] == first[shared] for e in group
         ):
             shared += 1
+        if shared == 0:
+            for episode in group:
+                episode.prompt = self.policy.encode_example(episode.example)
+                episode.tokens, episode.logprobs, episode.versions = [], [], []
+                episode.end, episode.error = "agent_error", "the group's prompts share no token"
+            return
         for episode in group:
             own = episode.prompt[shared:]
             episode.prompt = episode.prompt[:shared]
@@ -196,7 +235,7 @@ class AgentRunner:
 
     def _refuse(self, item: Waiting, status: int, reason: str, message: str) -> None:
         self.on_reject(reason, message)
-        item.answer.set_result((status, error_body(status, message)))
+        answer(item, status, error_body(status, message))
 
     def _admit(
         self,
@@ -205,30 +244,39 @@ class AgentRunner:
         waiting: list[Waiting],
         sampling: Sampling,
     ) -> None:
-        episode = item.episode
+        """Wait `item` for the next batch, or refuse it (ending its episode where a limit says
+        so); its episode's record is left as it was when it is refused."""
+        episode, body = item.episode, item.body
         if episode.episode_id not in running:
             return self._refuse(item, 401, "episode_key", "the API key is no live episode's")
         if any(w.episode is episode for w in waiting):
             return self._refuse(item, 429, "episode_busy", "one request at a time an episode")
-        episode.requests += 1
-        if episode.requests > self.config.max_requests:
+        if episode.requests >= self.config.max_requests:
             self._refuse(item, 429, "max_requests", f"over {self.config.max_requests} requests")
             return self._end(episode, "max_requests", running, waiting)
+        problem = self.limits.problem(body)
+        if problem is not None:
+            return self._refuse(item, 400, "bad_request", problem)
+        saved = episode.saved()
         try:
-            if isinstance(item.body, ChatRequest):
-                messages = [m.model_dump(exclude_none=True) for m in item.body.messages]
-                item.context = episode.chat_context(self.renderer, messages)
-            else:
-                item.context = episode.text_context(self.renderer, item.body.prompt)
+            item.context = context_of(episode, self.renderer, body)
         except Exception as err:  # the chat template refused the agent's messages
+            episode.restore(saved)
             detail = f"{type(err).__name__}: {err}"[:200]
             return self._refuse(item, 400, "bad_messages", f"cannot render the messages: {detail}")
-        budget = self.config.max_tokens - len(episode.tokens)
+        budget = min(
+            self.config.max_tokens - episode.length(), self.limits.positions - len(item.context)
+        )
         if budget <= 0:
+            episode.restore(saved)
             self._refuse(item, 400, "max_tokens", "the episode's token budget is spent")
             return self._end(episode, "max_tokens", running, waiting)
-        asked = item.body.limit() or sampling.max_turn_tokens
-        item.budget = min(asked, sampling.max_turn_tokens, budget)
+        episode.requests += 1
+        if not sampling.greedy and self.limits.overrides(body, sampling):
+            self.count("agent_sampling_overridden", 1)
+        item.budget = min(
+            body.limit() or sampling.max_turn_tokens, sampling.max_turn_tokens, budget
+        )
         waiting.append(item)
 
     def _expire(self, running: dict[str, AgentEpisode], waiting: list[Waiting]) -> None:
@@ -238,24 +286,21 @@ class AgentRunner:
                 self._end(episode, "agent_timeout", running, waiting, "timeout")
 
     def _sample(self, waiting: list[Waiting], sampling: Sampling) -> None:
-        """Sample every waiting request, those with the same settings in one batch."""
-        batches: dict[tuple[int, float, float], list[Waiting]] = {}
+        """Sample every waiting request at the run's settings (greedy in an evaluation), those
+        asking for as many choices in one batch."""
+        batches: dict[int, list[Waiting]] = {}
         for item in waiting:
-            body = item.body
-            temperature = sampling.temperature if body.temperature is None else body.temperature
-            top_p = sampling.top_p if body.top_p is None else body.top_p
-            batches.setdefault((body.n, temperature, top_p), []).append(item)
-        for (n, temperature, top_p), items in batches.items():
-            greedy = sampling.greedy or temperature == 0
+            batches.setdefault(item.body.n, []).append(item)
+        for n, items in batches.items():
             batch = self.decode(
                 self.policy,
                 [w.context for w in items],
                 num_samples=n,
                 max_new_tokens=max(w.budget for w in items),
-                temperature=temperature if not greedy else 1.0,
-                top_p=top_p,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
                 generator=sampling.generator,
-                greedy=greedy,
+                greedy=sampling.greedy,
             )
             for i, item in enumerate(items):
                 sampled = []
@@ -263,12 +308,26 @@ class AgentRunner:
                     length = min(int(batch.completion_mask[row].sum()), item.budget)
                     ids = batch.completion_ids[row, :length].tolist()
                     logprobs = batch.logprobs[row, :length].tolist()
-                    sampled.append(
-                        sampled_choice(self.policy, ids, logprobs, self.version, item.body.stops())
-                    )
-                episode = item.episode
-                ident = f"{episode.episode_id}-{episode.requests}"
-                episode.choices, answer = response_body(
-                    self.policy, item.body, ident, self.endpoint.model, item.context, sampled
-                )
-                item.answer.set_result((200, answer))
+                    stops = item.body.stops()
+                    sampled.append(sampled_choice(self.policy, ids, logprobs, self.version, stops))
+                self._respond(item, sampled)
+
+    def _respond(self, item: Waiting, sampled: list[tuple[Choice, str]]) -> None:
+        episode = item.episode
+        ident = f"{episode.episode_id}-{episode.requests}"
+        try:
+            episode.choices, body = response_body(
+                self.policy, item.body, ident, self.endpoint.model, item.context, sampled
+            )
+        except Exception as err:  # a body we failed to answer: that request's error alone
+            message = f"cannot answer: {type(err).__name__}: {err}"[:200]
+            return self._refuse(item, 500, "endpoint_error", message)
+        answer(item, 200, body)
+
+
+def answer(item: Waiting, status: int, body: dict[str, Any]) -> None:
+    """Answer `item` unless its client has gone (its handler cancelled the wait)."""
+    try:
+        item.answer.set_result((status, body))
+    except InvalidStateError:
+        pass

@@ -16,10 +16,15 @@ from llamarl.errors import ConfigError
 START_TIMEOUT_S = 30.0
 
 
+def address_family(host: str) -> socket.AddressFamily:
+    """IPv6 for an address with a colon, else IPv4."""
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
 class ServerThread:
     def __init__(self, app: FastAPI, host: str, port: int) -> None:
         try:
-            self.socket = socket.create_server((host, port), reuse_port=False)
+            self.socket = socket.create_server((host, port), family=address_family(host))
         except OSError as err:
             raise ConfigError(
                 f"generation.openai: cannot listen on {host}:{port} ({err.strerror}); pick a "

@@ -4,7 +4,7 @@ nothing else: an unknown field is refused rather than silently dropped."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -15,6 +15,7 @@ class _Body(BaseModel):
     model: str = Field(max_length=512)
     n: int = Field(1, ge=1, le=64)
     temperature: float | None = Field(None, ge=0, le=10)
+    """Accepted; training turns are sampled at generation.temperature (counted when it differs)."""
     top_p: float | None = Field(None, gt=0, le=1)
     max_tokens: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
@@ -52,23 +53,35 @@ class ChatMessage(BaseModel):
     function_call: dict[str, Any] | None = None
 
 
+class ToolFunction(BaseModel):
+    name: str = Field(min_length=1, max_length=256)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolSpec(BaseModel):
+    type: Literal["function"]
+    function: ToolFunction
+
+
 class ChatRequest(_Body):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
     top_logprobs: Literal[0] | None = None
-    tools: list[dict[str, Any]] | None = None
+    tools: list[ToolSpec] | None = None
     tool_choice: Literal["auto", "none"] | None = None
 
     def limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
     def offered_tools(self) -> list[dict[str, Any]]:
-        return [] if self.tool_choice == "none" else list(self.tools or [])
+        return [] if self.tool_choice == "none" else [t.model_dump() for t in self.tools or []]
 
 
 class CompletionRequest(_Body):
-    prompt: str | list[int] = Field(min_length=1)
+    prompt: str | list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
     logprobs: Literal[0, 1] | None = None
     echo: Literal[False] | None = None
 

@@ -1,11 +1,14 @@
 """What a launch checks of an agent run (`environment.kind: agent`) before it starts anything:
-the agent is an async function that imports, and a warm start's demonstrations are written
-well-formed (tried on the first training prompt)."""
+the agent is an async function that imports, a fixed endpoint port is free, and a warm start's
+demonstrations are written well-formed (tried on the first training prompt)."""
 
 from __future__ import annotations
 
+import socket
+
 from llamarl.agents.demonstrations import AgentDemonstrations
 from llamarl.agents.play import agent_function
+from llamarl.agents.server import address_family
 from llamarl.config import RunConfig
 from llamarl.errors import ConfigError
 from llamarl.tasks import make_prompt_set
@@ -16,6 +19,17 @@ def check_agent(config: RunConfig) -> None:
     environment = config.environment
     assert environment.agent is not None
     agent_function(environment.agent)
+    endpoint = config.generation.openai
+    if endpoint.port:  # a fixed port: free now, or every generator would fail to start
+        with socket.socket(address_family(endpoint.host)) as probe:
+            try:
+                probe.bind((endpoint.host, endpoint.port))
+            except OSError as err:
+                raise ConfigError(
+                    f"generation.openai.port {endpoint.port}: cannot listen on "
+                    f"{endpoint.host}:{endpoint.port} ({err.strerror}); pick a free port, or 0 "
+                    "for any"
+                ) from None
     if not config.trainer.sft_steps:
         return
     if environment.demonstration is None:

@@ -57,6 +57,8 @@ from llamarl.weightsync import Staged, WeightPublisher
 from llamarl.weightsync.messages import joined_shards
 
 log = structlog.get_logger(__name__)
+RAISED = ("env_error", "agent_error")
+"""The ends of an episode whose environment or agent raised: its group is set aside."""
 ENV_FAILURES_IN_A_ROW = 50
 """Episode groups whose environment raised, one after another, before the run gives up on it."""
 POLL_MS = 20
@@ -217,13 +219,18 @@ class Trainer:
         self.buffer.append(scored)
 
     def env_failed(self, scored: ScoredGroup) -> bool:
-        """Whether an environment raised in one of the group's episodes; ConfigError (the run
-        ends, naming the environment) once it did in ENV_FAILURES_IN_A_ROW groups in a row."""
-        errors = [r["error"] for r in episode_records(scored.group) if r["end"] == "env_error"]
+        """Whether an environment (or an agent) raised in one of the group's episodes;
+        ConfigError (the run ends, naming it) once it did in ENV_FAILURES_IN_A_ROW groups in a
+        row."""
+        errors = [r["error"] for r in episode_records(scored.group) if r["end"] in RAISED]
         self.env_failures_in_a_row = self.env_failures_in_a_row + 1 if errors else 0
         if self.env_failures_in_a_row >= ENV_FAILURES_IN_A_ROW:
+            environment = self.runtime.config.environment
+            named = (
+                f"agent {environment.agent}" if environment.agent else f"kind {environment.kind}"
+            )
             raise ConfigError(
-                f"environment.kind {self.runtime.config.environment.kind}: it raised in "
+                f"environment.{named}: it raised in "
                 f"{ENV_FAILURES_IN_A_ROW} episode groups in a row (the last: {errors[0]}); fix it "
                 "and resume, or set another environment"
             )

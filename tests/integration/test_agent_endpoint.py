@@ -5,6 +5,7 @@ block, flood or send two requests at once ended with their reason while the othe
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -55,7 +56,11 @@ def runner(agent: str, rejected: Counter[str], decode: Any = sample, **fields: A
     def count(reason: str, detail: str) -> None:
         rejected.update([reason])
 
-    return AgentRunner(policy, config, endpoint, "built", decode, on_reject=count)
+    def add(name: str, amount: float) -> None:
+        if amount:
+            rejected[name] += int(amount)
+
+    return AgentRunner(policy, config, endpoint, "built", decode, on_reject=count, count=add)
 
 
 @pytest.fixture
@@ -178,3 +183,19 @@ def test_agents_that_raise_hang_block_or_flood_are_ended_and_the_rest_finish(
     for group in groups:  # every one of them is a sample the trainer takes
         scored = score_group(group, VerifierScorer(make_verifier("exact_int"), "exact_int"))
         check_scored(scored, len(run.policy.tokenizer), policy_version=3)
+
+
+def test_requests_the_model_cannot_serve_are_refused_and_end_nothing_else(
+    made: list[AgentRunner], rejected: Counter[str]
+) -> None:
+    made.append(run := runner("odd_requests", rejected))
+    (episode,) = play(run, count=1, num_samples=1)
+    # The episode ended at the refusal; its agent hears of it a moment later.
+    deadline = time.monotonic() + 10
+    while not [v for v in user_agents.OUTCOMES.values() if len(v) == 4]:
+        assert time.monotonic() < deadline, user_agents.OUTCOMES
+        time.sleep(0.01)
+    (outcomes,) = [v for v in user_agents.OUTCOMES.values() if len(v) == 4]
+    assert outcomes == ["400", "400", "200", "400"]
+    assert episode.end == "max_tokens" and episode.num_model_turns == 1
+    assert rejected["bad_request"] == 2 and rejected["agent_sampling_overridden"] == 1

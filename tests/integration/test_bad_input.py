@@ -96,6 +96,11 @@ CASES = [
          lambda t: _run(t, "--mode", "sync", run_dir=str(t / "file" / "run")), 2),
     Case("the vLLM engine with the built model",
          lambda t: _run(t, generation={"engine": "vllm"}), 2),
+    Case("an agent that is not an async function",
+         lambda t: _run(t, environment={"kind": "agent", "agent": "tests.user_rewards:says_yes"}), 2),
+    Case("an agent endpoint port in use",
+         lambda t: _run(t, environment={"kind": "agent", "agent": "tests.user_agents:paced"},
+                        generation={"openai": {"port": int((t / "port").read_text()) + 1}}), 2),
     Case("a broker.curve_keys directory without keys",
          lambda t: _run(t, broker={"curve_keys": str(t / "no-keys")}), 2),
 ]  # fmt: skip

@@ -1,7 +1,8 @@
 """Multi-turn episodes under `llamarl run`, end to end over Redis, the broker and real worker
 processes: a generator SIGKILLed in the middle of an episode has its tickets reissued and each
 trained exactly once; groups whose environment raised are refused (ended `skipped`, counted) and
-the run goes on to finish with a balanced ledger."""
+the run goes on to finish with a balanced ledger. The same for agents over the generators'
+OpenAI-compatible endpoint (`environment.kind: agent`), killed mid-agent."""
 
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ from tests.integration.async_helpers import (
 STEPS = 8
 
 
-def _kill_inside_an_episode(launcher_pid: int, markers: Path) -> int:
+def _kill_inside_an_episode(launcher_pid: int, markers: Path, run_id: str = "episodes") -> int:
     """SIGKILL generator-0 just after its environment began a step (which takes 0.15 s)."""
-    pid = worker_pids(launcher_pid, "episodes")["generator-0"]
+    pid = worker_pids(launcher_pid, run_id)["generator-0"]
     marker = markers / str(pid)
     seen = marker.stat().st_mtime if marker.exists() else 0.0
     deadline = time.monotonic() + 60
@@ -63,3 +64,30 @@ def test_killed_generator_episodes_are_reissued_and_trained_once(tmp_path: Path)
     generator = json.loads((run_dir / "timers" / "generator-1.json").read_text())
     assert generator["episodes_env_error"] >= 1 and generator["episode_turns"] > 0
     assert all(e["ticket_id"] % 7 for e in trained_entries(run_dir))
+
+
+def test_killed_generator_agents_are_reissued_and_raising_agents_set_aside(tmp_path: Path) -> None:
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    config = write_config(
+        tmp_path,
+        "agents",
+        environment={"kind": "agent", "agent": "tests.user_agents:paced", "max_tokens": 12},
+        trainer={"num_steps": STEPS, "eval_every": STEPS},
+        task={"num_eval": 4},
+        staleness={"max_staleness": 1, "lease_s": 2.0},
+        workers={"max_restarts": 1},
+    )
+    run_dir = tmp_path / "agents"
+    proc = launch(config, env={**os.environ, "LLAMARL_TEST_MARKERS": str(markers)})
+    try:
+        wait_for_steps(run_dir, 2, proc)
+        _kill_inside_an_episode(proc.pid, markers, "agents")
+        out, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    summary = check_reissued_run(proc, out, err, run_dir, STEPS * 4)
+    trainer = json.loads((run_dir / "timers" / "trainer.json").read_text())
+    assert summary["ledger"]["skipped"] == trainer["groups_env_error"] >= 1
+    generator = json.loads((run_dir / "timers" / "generator-1.json").read_text())
+    assert generator["episodes_agent_error"] >= 1 and generator["episode_turns"] > 0

@@ -1,6 +1,7 @@
 """The vLLM engine on the real SmolLM2-135M-Instruct, float32: a version the trainer publishes
 is the one vLLM samples with; its behaviour log-probs are the trainer's recomputation, with and
-without top-p truncation and after a version taken up mid-sequence; sampling is seeded."""
+without top-p truncation and after a version taken up mid-sequence; sampling is seeded; an
+agent's episode over the OpenAI endpoint records what it sampled."""
 
 from __future__ import annotations
 
@@ -11,13 +12,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from llamarl.config import ShmSync, VllmConfig
+from llamarl.agents.runner import AgentRunner
+from llamarl.config import EnvironmentConfig, ShmSync, VllmConfig
+from llamarl.config.endpoint import EndpointConfig
 from llamarl.engine.continuous import FinishedGroup, Sampler
+from llamarl.engine.episodes import Sampling
 from llamarl.engine.model import Policy, load_policy
 from llamarl.engine.sampling import SampleBatch, sample, sampling_logprobs, token_logprobs
 from llamarl.engine.vllm_batch import VllmBatch
 from llamarl.engine.vllm_engine import VllmEngine
+from llamarl.tasks import Example
 from llamarl.weightsync import make_publisher, make_receiver
+from tests import user_agents
 
 QUESTIONS = [
     f"What is {a} plus {b}? Answer with the number."
@@ -194,3 +200,35 @@ def test_seeded_sampling_repeats(policy: Policy, engine: VllmEngine) -> None:
     first = draw(5)
     assert draw(5) == first
     assert draw(6) != first
+
+
+def test_an_agent_over_the_endpoint_records_what_vllm_sampled(
+    policy: Policy, engine: VllmEngine
+) -> None:
+    """A three-turn chat agent (`tests.user_agents:three_turns`, the official `openai` client
+    over real HTTP) on SmolLM2's chat template, sampled by vLLM: the recorded model tokens are
+    the ones each answer carried, and between them only the template's user turns."""
+    config = EnvironmentConfig(kind="agent", agent="tests.user_agents:three_turns")
+    runner = AgentRunner(policy, config, EndpointConfig(), "smollm2", engine.sample)
+    try:
+        examples = [Example(0, QUESTIONS[0], "43", row={"a": 3})]
+        sampling = Sampling(6, generator=torch.Generator().manual_seed(0))
+        (episode,) = runner.run(examples, 1, sampling, lambda: 2)
+    finally:
+        runner.close()
+    assert episode.end == "done" and episode.num_model_turns == 3
+    assert episode.prompt == policy.encode_messages([{"role": "user", "content": QUESTIONS[0]}])
+    (answers,) = [a for a in user_agents.SEEN.values() if len(a) == 3]
+    turns, current, previous = [], [], -1
+    for token, version in zip(episode.tokens, episode.versions, strict=True):
+        if version >= 0 and previous < 0:
+            current = []
+            turns.append(current)
+        if version >= 0:
+            current.append(token)
+        previous = version
+    assert turns == [a["token_ids"] for a in answers]
+    assert {a["policy_version"] for a in answers} == {2}
+    environment = [t for t, v in zip(episode.tokens, episode.versions, strict=True) if v < 0]
+    text = policy.tokenizer.decode(environment)
+    assert text.count("<|im_start|>user\n+1 <|im_end|>") == 2, text
