@@ -16,7 +16,6 @@ import json
 import queue
 import secrets
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -48,7 +47,6 @@ class Waiting:
     """The token ids it is sampled from (set by the runner)."""
     budget: int = 0
     """The most tokens it may sample (set by the runner)."""
-    arrived: float = field(default_factory=time.monotonic)
 
 
 class Endpoint:

@@ -1,14 +1,17 @@
 """Your agent function, run once an episode: imported and checked before anything starts, then
-called on its own thread and event loop with the prompt row and an `openai.AsyncOpenAI` client
-pointed at the endpoint with the episode's key. A thread each, so an agent that blocks (not only
-one that awaits forever) holds up no other: one past its time is left behind on its daemon
-thread, and its episode is ended without it."""
+called on a thread and event loop of its own with the prompt row and an `openai.AsyncOpenAI`
+client pointed at the endpoint with the episode's key. A thread each, so an agent that blocks
+(not only one that awaits forever) holds up no other: one past its time is left behind on its
+daemon thread, and its episode is ended without it."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import math
+import queue
+import ssl
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -51,27 +54,67 @@ def reward_of(value: Any) -> float | None:
     return float(value)
 
 
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for every client (a client makes its own by default, 20 ms each; the
+    endpoint is plain HTTP, so it is never used, only built)."""
+    return ssl.create_default_context()
+
+
 async def _play(
     agent: Agent, row: dict[str, Any], base_url: str, key: str, timeout_s: float
 ) -> Any:
     import openai
 
-    client = openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=timeout_s)
+    client = openai.AsyncOpenAI(
+        base_url=base_url,
+        api_key=key,
+        max_retries=0,
+        timeout=timeout_s,
+        http_client=openai.DefaultAsyncHttpxClient(verify=_tls(), timeout=timeout_s),
+    )
     async with client:
         return await asyncio.wait_for(agent(row, client), timeout_s)
 
 
-def start_agent(
-    agent: Agent, row: dict[str, Any], base_url: str, key: str, timeout_s: float, done: Done
-) -> None:
-    """Run one episode's agent on a thread of its own; `done` is told how it ended."""
+class AgentThreads:
+    """Daemon threads that run agents, each reused once its agent is over (starting a thread
+    takes milliseconds on a loaded machine); a new one starts only when none is idle, so an
+    agent that blocks its thread for good costs that one thread and holds up no other."""
 
-    def run() -> None:
-        try:
-            value = reward_of(asyncio.run(_play(agent, row, base_url, key, timeout_s)))
-        except BaseException as err:  # the agent's own failure (cancelled too): its end
-            done(None, f"{type(err).__name__}: {err}"[:300])
-            return
-        done(value, None)
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.idle = 0
+        self.lock = threading.Lock()
 
-    threading.Thread(target=run, name="agent", daemon=True).start()
+    def _work(self) -> None:
+        while True:
+            self.jobs.get()()
+            with self.lock:
+                self.idle += 1
+
+    def start(
+        self,
+        agent: Agent,
+        row: dict[str, Any],
+        base_url: str,
+        key: str,
+        timeout_s: float,
+        done: Done,
+    ) -> None:
+        """Run one episode's agent; `done` is told how it ended."""
+
+        def run() -> None:
+            try:
+                value = reward_of(asyncio.run(_play(agent, row, base_url, key, timeout_s)))
+            except BaseException as err:  # the agent's own failure (cancelled too): its end
+                done(None, f"{type(err).__name__}: {err}"[:300])
+                return
+            done(value, None)
+
+        with self.lock:
+            spare = self.idle > 0
+            self.idle -= spare
+        if not spare:
+            threading.Thread(target=self._work, name="agent", daemon=True).start()
+        self.jobs.put(run)

@@ -2,9 +2,9 @@
 against the endpoint with the episode's key, and the requests of all of them are sampled in
 batches by the engine, on the caller's thread (which owns the model).
 
-A batch is sampled when every running episode has a request waiting, or when the first waiting
-one has waited `generation.openai.batch_wait_ms` (an agent busy with a tool need not hold the
-others up). `before_turn` runs before each batch (the generator takes up a newly announced
+A batch is sampled when every running episode has a request waiting, or when requests are
+waiting and nothing more has arrived for `generation.openai.batch_wait_ms` (an agent busy with a
+tool need not hold the others up, and requests still streaming in join the batch). `before_turn` runs before each batch (the generator takes up a newly announced
 version there), so an episode's later turns may be newer than its first; every token keeps the
 version that sampled it.
 
@@ -30,7 +30,7 @@ from typing import Any
 
 from llamarl.agents.endpoint import Endpoint, Waiting
 from llamarl.agents.limits import RequestLimits, positions
-from llamarl.agents.play import Agent, agent_function, row_of, start_agent
+from llamarl.agents.play import Agent, AgentThreads, agent_function, row_of
 from llamarl.agents.record import AgentEpisode, Choice
 from llamarl.agents.responses import error_body, response_body, sampled_choice
 from llamarl.agents.server import ServerThread
@@ -39,7 +39,7 @@ from llamarl.config import EnvironmentConfig
 from llamarl.config.endpoint import EndpointConfig
 from llamarl.engine.episodes import Decode, Episode, Sampling
 from llamarl.engine.model import Policy
-from llamarl.engine.sampling import sample
+from llamarl.engine.sampling import SampleBatch, sample
 from llamarl.engine.turns import TurnRenderer
 from llamarl.limits import RejectHook
 from llamarl.tasks import Example
@@ -84,6 +84,7 @@ class AgentRunner:
         self.config = config
         self.agent: Agent = agent_function(config.agent)
         self.decode = decode
+        self.threads = AgentThreads()
         self.renderer = TurnRenderer(policy)
         self.inbox: queue.Queue[Waiting | Ended] = queue.Queue()
         self.on_reject = on_reject
@@ -120,7 +121,7 @@ class AgentRunner:
         for episode in episodes:
             self.endpoint.open(episode)
             done = partial(self._ended, episode)
-            start_agent(
+            self.threads.start(
                 self.agent,
                 row_of(episode.example),
                 self.server.base_url,
@@ -191,16 +192,18 @@ class AgentRunner:
     ) -> None:
         """Take what arrives until a batch is ready (see the module's doc) or an episode's time
         may be up."""
+        heard = time.monotonic()
         while running:
             if waiting and len(waiting) == len(running):
                 return
             now = time.monotonic()
             next_end = min(e.started for e in running.values()) + self.config.episode_timeout_s
-            until = next_end if not waiting else min(next_end, waiting[0].arrived + self.wait_s)
+            until = next_end if not waiting else min(next_end, heard + self.wait_s)
             try:
                 item = self.inbox.get(timeout=max(0.0, until - now))
             except queue.Empty:
                 return
+            heard = time.monotonic()
             if isinstance(item, Ended):
                 self._finish(item, running, waiting)
             else:
@@ -286,31 +289,39 @@ class AgentRunner:
                 self._end(episode, "agent_timeout", running, waiting, "timeout")
 
     def _sample(self, waiting: list[Waiting], sampling: Sampling) -> None:
-        """Sample every waiting request at the run's settings (greedy in an evaluation), those
-        asking for as many choices in one batch."""
-        batches: dict[int, list[Waiting]] = {}
+        """Sample every waiting request at the run's settings (greedy in an evaluation). Requests
+        with the same context share its keys and values (a prompt's n episodes' first turns),
+        so one batch takes the contexts that as many requests share, each asking as many
+        choices."""
+        shared: dict[tuple[int, ...], list[Waiting]] = {}
         for item in waiting:
-            batches.setdefault(item.body.n, []).append(item)
-        for n, items in batches.items():
+            shared.setdefault((item.body.n, *item.context), []).append(item)
+        batches: dict[tuple[int, int], list[list[Waiting]]] = {}
+        for key, items in shared.items():
+            batches.setdefault((key[0], len(items)), []).append(items)
+        for (n, copies), groups in batches.items():
             batch = self.decode(
                 self.policy,
-                [w.context for w in items],
-                num_samples=n,
-                max_new_tokens=max(w.budget for w in items),
+                [items[0].context for items in groups],
+                num_samples=n * copies,
+                max_new_tokens=max(w.budget for items in groups for w in items),
                 temperature=sampling.temperature,
                 top_p=sampling.top_p,
                 generator=sampling.generator,
                 greedy=sampling.greedy,
             )
-            for i, item in enumerate(items):
-                sampled = []
-                for row in range(i * n, (i + 1) * n):
-                    length = min(int(batch.completion_mask[row].sum()), item.budget)
-                    ids = batch.completion_ids[row, :length].tolist()
-                    logprobs = batch.logprobs[row, :length].tolist()
-                    stops = item.body.stops()
-                    sampled.append(sampled_choice(self.policy, ids, logprobs, self.version, stops))
-                self._respond(item, sampled)
+            for g, items in enumerate(groups):
+                for j, item in enumerate(items):
+                    first = (g * copies + j) * n
+                    self._respond(
+                        item, [self._row(batch, row, item) for row in range(first, first + n)]
+                    )
+
+    def _row(self, batch: SampleBatch, row: int, item: Waiting) -> tuple[Choice, str]:
+        length = min(int(batch.completion_mask[row].sum()), item.budget)
+        ids = batch.completion_ids[row, :length].tolist()
+        logprobs = batch.logprobs[row, :length].tolist()
+        return sampled_choice(self.policy, ids, logprobs, self.version, item.body.stops())
 
     def _respond(self, item: Waiting, sampled: list[tuple[Choice, str]]) -> None:
         episode = item.episode

@@ -24,5 +24,5 @@ class EndpointConfig(_Section):
     max_choices: int = Field(8, ge=1, le=64)
     """The most choices (`n`) a request may ask for; more is answered 400."""
     batch_wait_ms: float = Field(20.0, ge=0, le=10_000)
-    """How long the first waiting request waits for the other running episodes' requests to
-    join its batch (a batch is sampled at once when every running episode is waiting)."""
+    """How long a batch of waiting requests waits for more after the last one arrived (a batch
+    is sampled at once when every running episode is waiting)."""

@@ -11,6 +11,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.integration.async_helpers import (
     check_reissued_run,
@@ -24,7 +25,7 @@ from tests.integration.async_helpers import (
 STEPS = 8
 
 
-def _kill_inside_an_episode(launcher_pid: int, markers: Path, run_id: str = "episodes") -> int:
+def _kill_inside_an_episode(launcher_pid: int, markers: Path, run_id: str) -> int:
     """SIGKILL generator-0 just after its environment began a step (which takes 0.15 s)."""
     pid = worker_pids(launcher_pid, run_id)["generator-0"]
     marker = markers / str(pid)
@@ -37,27 +38,44 @@ def _kill_inside_an_episode(launcher_pid: int, markers: Path, run_id: str = "epi
     return pid
 
 
-def test_killed_generator_episodes_are_reissued_and_trained_once(tmp_path: Path) -> None:
+def _killed_run(
+    tmp_path: Path, run_id: str, environment: dict[str, Any]
+) -> tuple[dict[str, Any], Path]:
+    """A run of `environment`'s episodes, each step marked in a marker directory (handed to
+    the environment as `marker_dir`, to an agent as $LLAMARL_TEST_MARKERS), whose generator-0 is
+    SIGKILLed inside an episode after two steps: its summary, checked, and its run directory."""
     markers = tmp_path / "markers"
     markers.mkdir()
+    if "options" in environment:
+        environment["options"]["marker_dir"] = str(markers)
     config = write_config(
-        tmp_path, "episodes",
-        environment={"kind": "tests.episode_envs:PacedEnv", "max_turns": 2, "max_tokens": 12,
-                     "options": {"marker_dir": str(markers)}},
+        tmp_path,
+        run_id,
+        environment=environment,
         trainer={"num_steps": STEPS, "eval_every": STEPS},
         task={"num_eval": 4},
         staleness={"max_staleness": 1, "lease_s": 2.0},
         workers={"max_restarts": 1},
-    )  # fmt: skip
-    run_dir = tmp_path / "episodes"
-    proc = launch(config)
+    )
+    run_dir = tmp_path / run_id
+    proc = launch(config, env={**os.environ, "LLAMARL_TEST_MARKERS": str(markers)})
     try:
         wait_for_steps(run_dir, 2, proc)
-        _kill_inside_an_episode(proc.pid, markers)
+        _kill_inside_an_episode(proc.pid, markers, run_id)
         out, err = proc.communicate(timeout=240)
     finally:
         proc.kill()
-    summary = check_reissued_run(proc, out, err, run_dir, STEPS * 4)
+    return check_reissued_run(proc, out, err, run_dir, STEPS * 4), run_dir
+
+
+def test_killed_generator_episodes_are_reissued_and_trained_once(tmp_path: Path) -> None:
+    environment = {
+        "kind": "tests.episode_envs:PacedEnv",
+        "max_turns": 2,
+        "max_tokens": 12,
+        "options": {},
+    }
+    summary, run_dir = _killed_run(tmp_path, "episodes", environment)
     # Prompts 0, 7, 14, ... raise in their environment: refused, never trained.
     trainer = json.loads((run_dir / "timers" / "trainer.json").read_text())
     assert summary["ledger"]["skipped"] == trainer["groups_env_error"] >= 1
@@ -67,26 +85,9 @@ def test_killed_generator_episodes_are_reissued_and_trained_once(tmp_path: Path)
 
 
 def test_killed_generator_agents_are_reissued_and_raising_agents_set_aside(tmp_path: Path) -> None:
-    markers = tmp_path / "markers"
-    markers.mkdir()
-    config = write_config(
-        tmp_path,
-        "agents",
-        environment={"kind": "agent", "agent": "tests.user_agents:paced", "max_tokens": 12},
-        trainer={"num_steps": STEPS, "eval_every": STEPS},
-        task={"num_eval": 4},
-        staleness={"max_staleness": 1, "lease_s": 2.0},
-        workers={"max_restarts": 1},
-    )
-    run_dir = tmp_path / "agents"
-    proc = launch(config, env={**os.environ, "LLAMARL_TEST_MARKERS": str(markers)})
-    try:
-        wait_for_steps(run_dir, 2, proc)
-        _kill_inside_an_episode(proc.pid, markers, "agents")
-        out, err = proc.communicate(timeout=240)
-    finally:
-        proc.kill()
-    summary = check_reissued_run(proc, out, err, run_dir, STEPS * 4)
+    environment = {"kind": "agent", "agent": "tests.user_agents:paced", "max_tokens": 12}
+    summary, run_dir = _killed_run(tmp_path, "agents", environment)
+    # Prompts whose `a` is a multiple of 7 raise in their agent: set aside, never trained.
     trainer = json.loads((run_dir / "timers" / "trainer.json").read_text())
     assert summary["ledger"]["skipped"] == trainer["groups_env_error"] >= 1
     generator = json.loads((run_dir / "timers" / "generator-1.json").read_text())
