@@ -44,6 +44,11 @@ class BrokerEndpoints:
         return f"{self.host}:{self.port}"
 
 
+def address_family(host: str) -> socket.AddressFamily:
+    """IPv6 for an address with a colon, else IPv4."""
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
 def free_port_block(host: str = "127.0.0.1", size: int = 4, attempts: int = 50) -> int:
     """A base port whose `size` consecutive ports are free right now."""
     for _ in range(attempts):

@@ -12,13 +12,9 @@ import uvicorn
 from fastapi import FastAPI
 
 from llamarl.errors import ConfigError
+from llamarl.net import address_family
 
 START_TIMEOUT_S = 30.0
-
-
-def address_family(host: str) -> socket.AddressFamily:
-    """IPv6 for an address with a colon, else IPv4."""
-    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 class ServerThread:

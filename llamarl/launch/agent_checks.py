@@ -8,9 +8,9 @@ import socket
 
 from llamarl.agents.demonstrations import AgentDemonstrations
 from llamarl.agents.play import agent_function
-from llamarl.agents.server import address_family
 from llamarl.config import RunConfig
 from llamarl.errors import ConfigError
+from llamarl.net import address_family
 from llamarl.tasks import make_prompt_set
 
 

@@ -21,8 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from llamarl.config import RunConfig, WorkersConfig
 
 PROBE_TOKENS = 4
@@ -92,6 +90,8 @@ def work_probes(config: RunConfig) -> tuple[Callable[[], Any], Callable[[], Any]
     """(generate, train): one generation batch of `probe` decode positions and one training
     step on full-length completions (a step's cost depends on shapes alone), as the roles run
     them, at the caller's threads."""
+    import torch
+
     from llamarl.engine.grouped import TrainGroup
     from llamarl.engine.model import make_policy
     from llamarl.engine.sampling import sample
@@ -127,6 +127,8 @@ def work_probes(config: RunConfig) -> tuple[Callable[[], Any], Callable[[], Any]
 
 def measure_trainer_share(config: RunConfig) -> float:
     """Training's share of one step's work at one thread (launch-time calibration)."""
+    import torch  # here, so the broker's and the light commands' start does not pay for it
+
     gen = config.generation
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -22,7 +22,7 @@ from tests.integration.async_helpers import (
     write_config,
 )
 
-STEPS = 8
+STEPS = 6
 
 
 def _kill_inside_an_episode(launcher_pid: int, markers: Path, run_id: str) -> int:
