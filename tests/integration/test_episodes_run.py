@@ -1,8 +1,8 @@
 """Multi-turn episodes under `llamarl run`, end to end over Redis, the broker and real worker
 processes: a generator SIGKILLed in the middle of an episode has its tickets reissued and each
 trained exactly once; groups whose environment raised are refused (ended `skipped`, counted) and
-the run goes on to finish with a balanced ledger. The same for agents over the generators'
-OpenAI-compatible endpoint (`environment.kind: agent`), killed mid-agent."""
+the run goes on to finish with a balanced ledger (`killed_run`, which test_agents_run.py uses for
+agents too)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _kill_inside_an_episode(launcher_pid: int, markers: Path, run_id: str) -> in
     return pid
 
 
-def _killed_run(
+def killed_run(
     tmp_path: Path, run_id: str, environment: dict[str, Any]
 ) -> tuple[dict[str, Any], Path]:
     """A run of `environment`'s episodes, each step marked in a marker directory (handed to
@@ -75,20 +75,10 @@ def test_killed_generator_episodes_are_reissued_and_trained_once(tmp_path: Path)
         "max_tokens": 12,
         "options": {},
     }
-    summary, run_dir = _killed_run(tmp_path, "episodes", environment)
+    summary, run_dir = killed_run(tmp_path, "episodes", environment)
     # Prompts 0, 7, 14, ... raise in their environment: refused, never trained.
     trainer = json.loads((run_dir / "timers" / "trainer.json").read_text())
     assert summary["ledger"]["skipped"] == trainer["groups_env_error"] >= 1
     generator = json.loads((run_dir / "timers" / "generator-1.json").read_text())
     assert generator["episodes_env_error"] >= 1 and generator["episode_turns"] > 0
     assert all(e["ticket_id"] % 7 for e in trained_entries(run_dir))
-
-
-def test_killed_generator_agents_are_reissued_and_raising_agents_set_aside(tmp_path: Path) -> None:
-    environment = {"kind": "agent", "agent": "tests.user_agents:paced", "max_tokens": 12}
-    summary, run_dir = _killed_run(tmp_path, "agents", environment)
-    # Prompts whose `a` is a multiple of 7 raise in their agent: set aside, never trained.
-    trainer = json.loads((run_dir / "timers" / "trainer.json").read_text())
-    assert summary["ledger"]["skipped"] == trainer["groups_env_error"] >= 1
-    generator = json.loads((run_dir / "timers" / "generator-1.json").read_text())
-    assert generator["episodes_agent_error"] >= 1 and generator["episode_turns"] > 0
