@@ -11,7 +11,8 @@ from pathlib import Path
 import yaml
 
 from llamarl.config import load_config
-from workers.cli import ROLES, build_parser
+from tests.unit.worker_commands import parse_llamarl
+from workers.cli import ROLES
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,11 +31,10 @@ def test_every_service_command_and_environment_is_valid() -> None:
     for name, service in _services().items():
         if name == "redis":
             continue
-        args = build_parser().parse_args(["--log-format", "json", *service["command"]])
-        assert args.role == name
-        config_file = args.rest[args.rest.index("--config") + 1]
+        command = parse_llamarl(["--log-format", "json", *service["command"]])
+        assert command.role == name
         env = {k: str(v) for k, v in service["environment"].items()}
-        config = load_config(REPO / config_file, environ=env)
+        config = load_config(REPO / command.config_file, environ=env)
         assert config.redis.url == "redis://redis:6379/0"
         assert config.sync.transport == "gloo"
         expected_host = "0.0.0.0" if name == "broker" else "broker"
