@@ -5,6 +5,7 @@ config field, checked before a run starts."""
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 from llamarl.errors import ConfigError
@@ -22,3 +23,13 @@ def load_named(spec: str, field: str) -> Any:
             "install it or put it on PYTHONPATH"
         ) from None
     return getattr(module, name, None)
+
+
+def load_function(spec: str, field: str, hint: str) -> Callable[..., Any]:
+    """The function `module:name` names; ConfigError naming `field` when it cannot be imported
+    or is not a function, ending in `hint` (what to write instead)."""
+    function = load_named(spec, field)
+    if not callable(function):
+        module_name, _, name = spec.partition(":")
+        raise ConfigError(f"{field} {spec}: {module_name} has no function {name}; {hint}")
+    return function

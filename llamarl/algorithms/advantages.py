@@ -1,5 +1,5 @@
 """Group baselines over the n samples of one prompt: GRPO (mean, and by default std) and RLOO
-(leave-one-out).
+(leave-one-out), or the user's own `module:function`.
 
 Rewards come as (G, n): G prompt groups of n samples. A group whose rewards are all equal carries
 no signal and gets zero advantage (not a division by ~0). Dr. GRPO drops GRPO's division by the
@@ -8,7 +8,12 @@ std (`scale_by_std=False`), which favours groups whose rewards barely differ.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
+
+from llamarl.user_code import load_function
 
 EPS = 1e-6
 
@@ -32,9 +37,25 @@ def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
     return rewards - others
 
 
-def group_advantages(rewards: torch.Tensor, kind: str, scale_by_std: bool = True) -> torch.Tensor:
+Advantages = Callable[[torch.Tensor], torch.Tensor]
+"""Group advantages, built in or the user's own (`AlgorithmConfig.advantage`,
+`llamarl.algorithms.user`): the step's rewards (G, n) float32 in, the advantages (G, n) out."""
+ADVANTAGE_HINT = (
+    "name a function taking the step's rewards, (G, n) float32, and returning their "
+    "advantages, the same shape (docs/learning.md, Your own loss)"
+)
+
+
+def advantage_function(kind: str, scale_by_std: bool = True) -> Advantages:
+    """The built-in baseline `kind`, or the user's own `module:function` (ConfigError naming
+    algorithm.advantage when it cannot be loaded)."""
     if kind == "grpo":
-        return grpo_advantages(rewards, scale_by_std)
+        return functools.partial(grpo_advantages, scale_by_std=scale_by_std)
     if kind == "rloo":
-        return rloo_advantages(rewards)
-    raise ValueError(f"unknown advantage kind {kind!r}")
+        return rloo_advantages
+    return load_function(kind, "algorithm.advantage", ADVANTAGE_HINT)
+
+
+def group_advantages(rewards: torch.Tensor, kind: str, scale_by_std: bool = True) -> torch.Tensor:
+    """(G, n) advantages of (G, n) rewards by the baseline `kind`."""
+    return advantage_function(kind, scale_by_std)(rewards)

@@ -10,6 +10,8 @@ each token's, or with `ratio_level: sequence` its sequence's geometric mean
 - PPO-clip: -min(r A, clip(r, low, high) A), the range [1 - clip_eps, 1 + clip_eps] unless
   `clip_low` / `clip_high` decouple it (DAPO); with sequence ratios and `sequence_mean` aggregation it is GSPO.
 - REINFORCE: -A * log pi.
+- The user's own, `module:function` (`llamarl.algorithms.user`): called as these three are, and
+  returning what they return.
 Then, per token: minus `entropy_coef` times the entropy (a bonus); plus `kl_coef` times the
 KL estimate to the reference (`llamarl.algorithms.kl`) when the KL is in the loss; and masked
 importance sampling zeroes the loss of tokens (or sequences) whose ratio leaves the band.
@@ -22,14 +24,17 @@ token still counts in those totals: they are fixed before any log-prob is comput
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from llamarl.algorithms.kl import kl_estimate
 from llamarl.algorithms.ratios import outside_band, sequence_ratio, token_ratio
 from llamarl.config import AlgorithmConfig
+from llamarl.user_code import load_function
 
 
 @dataclass(frozen=True)
@@ -88,25 +93,75 @@ def clip_range(algorithm: AlgorithmConfig) -> tuple[float, float]:
     return low, high
 
 
-def _policy_terms(
-    algorithm: AlgorithmConfig, logp: torch.Tensor, ratio: torch.Tensor, adv: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The policy-gradient loss per token and where its ratio was clipped; `ratio` is (B, L)
-    or, per sequence, (B, 1)."""
-    if algorithm.loss == "aipo":
-        weight = ratio.detach().clamp(max=algorithm.rho)
-        per_token = -weight * adv * logp
-        clipped = ratio.detach() > algorithm.rho
-    elif algorithm.loss == "ppo_clip":
-        clipped_ratio = ratio.clamp(*clip_range(algorithm))
-        per_token = -torch.minimum(ratio * adv, clipped_ratio * adv)
-        clipped = (ratio.detach() - clipped_ratio.detach()).abs() > 0
-    elif algorithm.loss == "reinforce":
-        per_token = -adv * logp
-        clipped = torch.zeros_like(ratio, dtype=torch.bool)
-    else:
-        raise ValueError(f"unknown loss {algorithm.loss!r}")
+PolicyLoss = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+"""A policy loss, built in or the user's own (`AlgorithmConfig.loss`, `llamarl.algorithms.user`):
+called with the keywords `logp`, `behaviour_logp`, `ratio`, `advantages`, `mask` and
+`algorithm`; returns the per-token loss and where its ratio was clipped, both (B, L)."""
+
+
+def aipo(
+    *, logp: Tensor, ratio: Tensor, advantages: Tensor, algorithm: AlgorithmConfig, **_: Any
+) -> tuple[Tensor, Tensor]:
+    """-min(r, rho).detach() * A * log pi, truncated where r > rho."""
+    weight = ratio.detach().clamp(max=algorithm.rho)
+    clipped = ratio.detach() > algorithm.rho
+    return (-weight * advantages * logp).expand_as(logp), clipped.expand_as(logp)
+
+
+def ppo_clip(
+    *, logp: Tensor, ratio: Tensor, advantages: Tensor, algorithm: AlgorithmConfig, **_: Any
+) -> tuple[Tensor, Tensor]:
+    """-min(r A, clip(r, low, high) A), clipped where the clip changed r."""
+    clipped_ratio = ratio.clamp(*clip_range(algorithm))
+    per_token = -torch.minimum(ratio * advantages, clipped_ratio * advantages)
+    clipped = (ratio.detach() - clipped_ratio.detach()).abs() > 0
     return per_token.expand_as(logp), clipped.expand_as(logp)
+
+
+def reinforce(*, logp: Tensor, advantages: Tensor, **_: Any) -> tuple[Tensor, Tensor]:
+    """-A * log pi, never clipped."""
+    return -advantages * logp, torch.zeros_like(logp, dtype=torch.bool)
+
+
+LOSSES: dict[str, PolicyLoss] = {"aipo": aipo, "ppo_clip": ppo_clip, "reinforce": reinforce}
+LOSS_HINT = (
+    "name a function taking (logp, behaviour_logp, ratio, advantages, mask, algorithm) and "
+    "returning (per_token_loss, clipped), both (B, L) (docs/learning.md, Your own loss)"
+)
+
+
+def loss_function(name: str) -> PolicyLoss:
+    """The built-in loss `name`, or the user's own `module:function` (ConfigError naming
+    algorithm.loss when it cannot be loaded)."""
+    return LOSSES.get(name) or load_function(name, "algorithm.loss", LOSS_HINT)
+
+
+def ratio_at(
+    level: str, logp: Tensor, behaviour_logp: Tensor, mask: Tensor, token: Tensor
+) -> Tensor:
+    """The ratio at `level`: `token` (the token ratios, (B, L)), or each sequence's (B, 1)."""
+    return token if level == "token" else sequence_ratio(logp, behaviour_logp, mask)
+
+
+def loss_inputs(
+    algorithm: AlgorithmConfig,
+    logp: Tensor,
+    behaviour_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    token: Tensor | None = None,
+) -> dict[str, Any]:
+    """The keywords a policy loss is called with (`PolicyLoss`), from (B,) `advantages` and the
+    token ratios `token` (computed when not given)."""
+    token = token_ratio(logp, behaviour_logp) if token is None else token
+    return {
+        "logp": logp,
+        "behaviour_logp": behaviour_logp,
+        "ratio": ratio_at(algorithm.ratio_level, logp, behaviour_logp, mask, token),
+        "advantages": advantages[:, None].to(logp.dtype),
+        "mask": mask,
+        "algorithm": algorithm,
+    }
 
 
 def token_terms(
@@ -119,13 +174,9 @@ def token_terms(
     ref_logp: torch.Tensor | None = None,
 ) -> TokenTerms:
     """One micro-batch's per-token terms; `ref_logp` for a KL in the loss."""
-    adv = advantages[:, None].to(logp.dtype)
     ratio = token_ratio(logp, behaviour_logp)
-
-    def at_level(level: str) -> torch.Tensor:
-        return ratio if level == "token" else sequence_ratio(logp, behaviour_logp, mask)
-
-    per_token, clipped = _policy_terms(algorithm, logp, at_level(algorithm.ratio_level), adv)
+    inputs = loss_inputs(algorithm, logp, behaviour_logp, advantages, mask, ratio)
+    per_token, clipped = loss_function(algorithm.loss)(**inputs)
     if algorithm.entropy_coef > 0:
         per_token = per_token - algorithm.entropy_coef * entropy
     kl = None
@@ -133,7 +184,8 @@ def token_terms(
         kl = kl_estimate(logp, ref_logp, algorithm.kl_estimator)
         per_token = per_token + algorithm.kl_coef * kl
     band = (algorithm.mis_low, algorithm.mis_high)
-    dropped = outside_band(at_level(algorithm.mis_level), *band, like=logp)
+    mis_ratio = ratio_at(algorithm.mis_level, logp, behaviour_logp, mask, ratio)
+    dropped = outside_band(mis_ratio, *band, like=logp)
     if band != (None, None):
         per_token = torch.where(dropped, torch.zeros_like(per_token), per_token)
     return TokenTerms(per_token, kl, ratio.detach(), clipped, dropped)

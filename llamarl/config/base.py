@@ -5,6 +5,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+USER_NAME = r"[A-Za-z_][\w.]*:[A-Za-z_]\w*"
+"""`module:name`: how a config names the user's own code (a reward, an agent, a loss)."""
+USER_FUNCTION = f"^{USER_NAME}$"
+
+
+def built_in_or_user(names: tuple[str, ...]) -> str:
+    """The pattern of a field that takes one of `names` or the user's own `module:name`."""
+    return f"^({'|'.join(names)}|{USER_NAME})$"
+
 
 def yaml_off(value: object) -> object:
     """YAML 1.1 reads an unquoted `off` as false: for a field whose choices include "off", the

@@ -13,17 +13,14 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from llamarl.config.base import FieldConflict, _Section
+from llamarl.config.base import USER_FUNCTION, FieldConflict, _Section, built_in_or_user
 
 BUILT_IN_ENVIRONMENTS = ("calculator", "retry", "agent")
-USER_FUNCTION = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 ToolName = Literal["calculator", "python"]
 
 
 class EnvironmentConfig(_Section):
-    kind: str | None = Field(
-        None, pattern=r"^(calculator|retry|agent|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$"
-    )
+    kind: str | None = Field(None, pattern=built_in_or_user(BUILT_IN_ENVIRONMENTS))
     """calculator, retry, agent (your `agent` function over the OpenAI API), or your own
     environment class as `module:Class` (importable where the generators and the trainer run;
     docs/environments.md); null: single-turn rollouts."""

@@ -8,18 +8,35 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from llamarl.config.base import FieldConflict, _Section
+from llamarl.config.base import FieldConflict, _Section, built_in_or_user
+
+BUILT_IN_LOSSES = ("aipo", "ppo_clip", "reinforce")
+BUILT_IN_ADVANTAGES = ("grpo", "rloo")
+
+
+def is_user_function(name: str) -> bool:
+    """Whether a loss or advantage name is the user's own `module:function`."""
+    return ":" in name
 
 
 class AlgorithmConfig(_Section):
     """The loss and its options (docs/learning.md, Algorithm options). pi is the trainer's
     probability of a token, mu the generator's recorded one; every ratio is pi/mu."""
 
-    loss: Literal["aipo", "ppo_clip", "reinforce"] = "aipo"
-    """Policy loss. aipo is truncated importance sampling (TIS): the policy gradient weighted by
-    the ratio capped at rho, detached."""
-    advantage: Literal["grpo", "rloo"] = "grpo"
-    """Group baseline."""
+    loss: str = Field("aipo", pattern=built_in_or_user(BUILT_IN_LOSSES))
+    """Policy loss: aipo, ppo_clip, reinforce, or your own as `module:function` (importable where
+    the trainer runs; docs/learning.md, Your own loss). aipo is truncated importance sampling
+    (TIS): the policy gradient weighted by the ratio capped at rho, detached. Yours is called as
+    the built-in ones are, with keywords `logp` (log pi, with gradients), `behaviour_logp`
+    (log mu) and `mask` (1 on real completion tokens), each (B, L); `ratio` (pi/mu at
+    `ratio_level`: (B, L), or (B, 1) per sequence); `advantages` (B, 1); and `algorithm` (this
+    section). It returns what they return: the per-token loss ((B, L), logp's dtype, with
+    gradients) and where its ratio was clipped ((B, L) bool). The entropy bonus, KL, masked IS
+    and aggregation then apply to it as to theirs."""
+    advantage: str = Field("grpo", pattern=built_in_or_user(BUILT_IN_ADVANTAGES))
+    """Group baseline: grpo, rloo, or your own as `module:function`, called with the step's
+    rewards ((G, n) float32: G prompt groups of n samples) and returning their advantages, as
+    the built-in ones do (the same shape, floating point, finite)."""
     grpo_scale_by_std: bool = True
     """grpo divides each group's centred rewards by the group's std; false centres them only
     (Dr. GRPO). rloo never divides."""
@@ -28,10 +45,12 @@ class AlgorithmConfig(_Section):
     clip_eps: float = Field(0.2, gt=0, le=1)
     """PPO-clip epsilon: the ratio is clipped to [1 - clip_eps, 1 + clip_eps]."""
     clip_low: float | None = Field(None, gt=0, lt=1)
-    """PPO-clip: the lowest ratio kept, in place of 1 - clip_eps (null: 1 - clip_eps). DAPO's
-    decoupled range eps_low 0.2, eps_high 0.28 is clip_low 0.8, clip_high 1.28."""
+    """PPO-clip (or your own loss, which may read it): the lowest ratio kept, in place of
+    1 - clip_eps (null: 1 - clip_eps). DAPO's decoupled range eps_low 0.2, eps_high 0.28 is
+    clip_low 0.8, clip_high 1.28."""
     clip_high: float | None = Field(None, gt=1, le=100)
-    """PPO-clip: the highest ratio kept, in place of 1 + clip_eps (null: 1 + clip_eps)."""
+    """PPO-clip (or your own loss): the highest ratio kept, in place of 1 + clip_eps (null:
+    1 + clip_eps)."""
     ratio_level: Literal["token", "sequence"] = "token"
     """The ratio aipo truncates and ppo_clip clips: each token's, or its sequence's (the
     geometric mean of the sequence's token ratios, as GSPO; ppo_clip then clips whole
@@ -67,7 +86,8 @@ class AlgorithmConfig(_Section):
 
     @model_validator(mode="after")
     def _fields_agree(self) -> AlgorithmConfig:
-        if self.loss != "ppo_clip" and (self.clip_low is not None or self.clip_high is not None):
+        clip_range_set = self.clip_low is not None or self.clip_high is not None
+        if self.loss in ("aipo", "reinforce") and clip_range_set:
             raise FieldConflict(
                 ("clip_low", "clip_high", "loss"),
                 f"the clip range is ppo_clip's, not {self.loss}'s",

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from llamarl.config.base import FieldConflict, _Section
+from llamarl.config.base import USER_FUNCTION, FieldConflict, _Section
 
 
 def template_fields(template: str) -> set[str]:
@@ -95,7 +95,7 @@ class TaskConfig(_Section):
     sum (a fixed number of tokens per answer); score it with verifier final_int."""
     verifier: Literal["exact_int", "final_int", "gsm8k", "math", "format"] = "exact_int"
     """Reward function applied to each completion (and the held-out accuracy's judge)."""
-    reward: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    reward: str | None = Field(None, pattern=USER_FUNCTION)
     """Your own reward, `module:function` (importable where the reward workers run), in place
     of `verifier` for training and for the held-out score. It is called with the arguments it
     names: `completion`, `answer`, `prompt`, `row` (the data row, every field) and `turns` (an

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import structlog
 import torch
 
+from llamarl.algorithms.user import check_user_functions
 from llamarl.config import (
     RunConfig,
     dump_config,
@@ -200,7 +201,7 @@ def check_local_gpus(config: RunConfig) -> None:
 
 def preflight(config: RunConfig, mode: str, launcher: str = "local") -> None:
     """What a launch can tell is wrong before it starts anything (ConfigError naming the field):
-    bad data, or a reward function that returns nonsense (`data_checks`); a model, reward-model
+    a loss or advantage of the user's that returns nonsense (`llamarl.algorithms.user`); bad data, or a reward function that returns nonsense (`data_checks`); a model, reward-model
     or judge path that is not a model directory; a vLLM engine this machine or model cannot
     run (`engine_checks`); CURVE keys that are not
     there; a metrics sink whose package is missing; an environment class or agent function that cannot be imported
@@ -209,6 +210,7 @@ def preflight(config: RunConfig, mode: str, launcher: str = "local") -> None:
     this machine lacks, or a trainer (with the generators' weights, async) its memory cannot
     hold (`launcher` local; Ray places the roles on its own nodes)."""
     check_devices(config, mode, launcher)
+    check_user_functions(config.algorithm)
     check_model_path(config.model)
     check_engine(config)
     check_data_and_rewards(config)

@@ -30,7 +30,7 @@ import structlog
 from llamarl.config import TaskConfig
 from llamarl.errors import ConfigError
 from llamarl.rewards.deadline import EventLoop, RewardTimeout, call_within
-from llamarl.user_code import load_named
+from llamarl.user_code import load_function
 
 log = structlog.get_logger(__name__)
 ARGUMENTS = ("completion", "answer", "prompt", "row", "turns")
@@ -94,12 +94,8 @@ class UserReward:
     def __init__(self, task: TaskConfig, on_problem: Problem | None = None) -> None:
         assert task.reward is not None
         self.spec = task.reward
-        function = load_named(task.reward, "task.reward")
-        if not callable(function):
-            raise ConfigError(
-                f"task.reward {task.reward}: {task.reward.replace(':', ' has no function ')}; "
-                "name one that takes (completion, answer) and returns a float"
-            )
+        hint = "name one that takes (completion, answer) and returns a float"
+        function = load_function(task.reward, "task.reward", hint)
         self.function = function
         self.names = _argument_names(function, task.reward)
         self.is_async = inspect.iscoroutinefunction(function)

@@ -37,6 +37,7 @@ from torch.distributed.tensor import DTensor
 from llamarl.algorithms.advantages import group_advantages
 from llamarl.algorithms.kl import sequence_kl
 from llamarl.algorithms.losses import TokenTerms, aggregate, token_terms
+from llamarl.algorithms.user import check_user_functions
 from llamarl.config import AlgorithmConfig, TrainerConfig
 from llamarl.engine.adapters import has_adapters
 from llamarl.engine.grouped import MicroBatch, TrainGroup, grouped_logprobs, micro_batches, stack
@@ -112,6 +113,7 @@ class Learner:
         min_new_tokens: int = 0,
         ranks: TrainerRanks | None = None,
     ) -> None:
+        check_user_functions(algorithm)  # a trainer started alone checks as `llamarl run` does
         self.policy = policy
         self.ranks = ranks
         self._base_reference = algorithm.kl_coef > 0 and has_adapters(policy.model)

@@ -111,6 +111,9 @@ def test_grouped_step_equals_plain_loss_and_gradients(
         # Sequence-level MIS with a k1 KL in the reward.
         {"loss": "reinforce", "mis_low": 0.95, "mis_high": 1.05, "mis_level": "sequence",
          "kl_coef": 0.5, "kl_estimator": "k1", "kl_in": "reward"},
+        # The user's own loss and advantage (examples/own_algorithm.py), by module:function.
+        {"loss": "examples.own_algorithm:cispo", "clip_high": 1.1,
+         "advantage": "examples.own_algorithm:group_mean_batch_std"},
     ],
 )  # fmt: skip
 def test_grouped_step_with_loss_options_equals_plain_loss(options: dict[str, object]) -> None:
