@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import socket
+import struct
 from dataclasses import dataclass
 
 import zmq
 
 from llamarl.curve import Curve
+
+SIOCGIFADDR = 0x8915
+"""Linux ioctl: an interface's IPv4 address."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,50 @@ class BrokerEndpoints:
 def address_family(host: str) -> socket.AddressFamily:
     """IPv6 for an address with a colon, else IPv4."""
     return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def address_towards(host: str) -> str:
+    """The address of this machine's interface that traffic to `host` (a name or an address)
+    leaves from: the one a peer there can reach this machine at. A UDP connect sends nothing."""
+    family, _, _, _, peer = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.connect(peer)
+        return str(probe.getsockname()[0])
+
+
+def interface_of(address: str) -> str | None:
+    """The name of this machine's network interface that holds IPv4 `address` (None: no such
+    interface, or an IPv6 address)."""
+    if address_family(address) != socket.AF_INET:
+        return None
+    for _, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                answer = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, request)
+            except OSError:  # no IPv4 address on it
+                continue
+        if socket.inet_ntoa(answer[20:24]) == address:
+            return name
+    return None
+
+
+def own_address(host: str) -> str | None:
+    """`host` resolved, when it is an address of this machine's own that can be bound; None for
+    a wildcard (0.0.0.0, ::) or an address that is not this machine's (behind NAT)."""
+    try:
+        family, _, _, _, where = socket.getaddrinfo(host, 0, type=socket.SOCK_DGRAM)[0]
+    except socket.gaierror:
+        return None
+    address = str(where[0])
+    if address in ("0.0.0.0", "::"):
+        return None
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError:
+            return None
+    return address
 
 
 def free_port_block(host: str = "127.0.0.1", size: int = 4, attempts: int = 50) -> int:

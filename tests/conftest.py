@@ -1,10 +1,14 @@
-"""Shared fixtures: a real redis-server per test on a free port, and a real broker process."""
+"""Shared fixtures: a real redis-server per test on a free port, a real broker process, and the
+demo's warm start (made once per test session and shared by the runs that learn)."""
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,3 +100,26 @@ def broker() -> Iterator[BrokerEndpoints]:
     started = start_broker_process()
     yield started.endpoints
     supervise.stop(started.process)
+
+
+TINY = str(REPO / "configs" / "tiny.yaml")
+
+
+@pytest.fixture(scope="session")
+def tiny_warm_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`llamarl sft configs/tiny.yaml`: the demo's supervised warm start (its 200 steps, as a run
+    does them before RL), written once as a checkpoint that learning runs start from
+    (`model.path`, `trainer.sft_steps: 0`) instead of each repeating it. Under pytest-xdist the
+    workers share one session directory and take turns on a lock: the first makes it."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    out = shared / "tiny-warm-start"
+    with open(shared / "tiny-warm-start.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (out / "config.json").exists():
+            done = subprocess.run(
+                [sys.executable, "-m", "workers.cli", "sft", TINY, "--out", str(out)],
+                capture_output=True, text=True, timeout=1200,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr[-3000:]
+    return out

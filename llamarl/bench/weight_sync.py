@@ -89,7 +89,7 @@ def copy_s(num_bytes: int, repeats: int, device: str = "cpu") -> list[float]:
 def _raw_peer(rank: int, port: int, num_bytes: int, bucket_values: int, repeats: int, out) -> None:
     torch.set_num_threads(1)
     store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, timedelta(TIMEOUT_S))
-    group = gloo_pair_group(store, rank, TIMEOUT_S)
+    group = gloo_pair_group(store, rank, TIMEOUT_S, "127.0.0.1")
     buffer = torch.randn(num_bytes // 4) if rank == 0 else torch.empty(num_bytes // 4)
     times = []
     for _ in range(repeats + 1):  # the first round warms the connection up

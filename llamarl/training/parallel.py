@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from llamarl.errors import ProtocolError
+from llamarl.net import address_towards, interface_of
 from llamarl.protocol import ScoredGroup, decode, encode, make_envelope
 
 log = structlog.get_logger(__name__)
@@ -71,6 +72,20 @@ def _decode_order(data: bytes) -> Order:
     return Order(str(wire["op"]), int(wire["step"]), int(wire["policy_version"]), groups)
 
 
+def choose_gloo_interface(environ: MutableMapping[str, str]) -> None:
+    """Set GLOO_SOCKET_IFNAME, unless it is set, to the interface that reaches MASTER_ADDR (rank
+    0's host, set by torchrun): gloo's own choice resolves this host's name, and where that
+    fails or gives loopback the ranks of another host cannot reach this one."""
+    if "GLOO_SOCKET_IFNAME" in environ or "MASTER_ADDR" not in environ:
+        return
+    try:
+        interface = interface_of(address_towards(environ["MASTER_ADDR"]))
+    except OSError:  # MASTER_ADDR does not resolve here: gloo's own choice will say so
+        return
+    if interface is not None:
+        environ["GLOO_SOCKET_IFNAME"] = interface
+
+
 class TrainerRanks:
     """This process's place in the trainer's data-parallel group."""
 
@@ -86,6 +101,7 @@ class TrainerRanks:
         if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
             return None
         backend = "cpu:gloo,cuda:nccl" if device == "cuda" else "gloo"
+        choose_gloo_interface(os.environ)
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
         where = torch.device("cpu")
         if device == "cuda":

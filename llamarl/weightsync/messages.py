@@ -123,6 +123,8 @@ class Announced:
     checksum: str
     layout: str
     """How the shards cut the weights: runs or rows (`llamarl.weightsync.flat`)."""
+    shared_memory: str = ""
+    """shm only: the host and the shared memory the version lies in (`shm.shm_domain`)."""
 
     @classmethod
     def parse(cls, meta: Mapping[str, str], transport: str) -> Announced:
@@ -136,6 +138,7 @@ class Announced:
                 num_bytes=int(meta["num_bytes"]),
                 checksum=str(meta["checksum"]),
                 layout=str(meta["layout"]),
+                shared_memory=str(meta.get("shared_memory", "")),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise SyncError(f"malformed version metadata ({type(err).__name__}: {err})") from None
@@ -174,6 +177,7 @@ def join_shards(metas: list[dict[str, str | int]]) -> dict[str, str | int]:
         "num_bytes": sum(int(m["num_bytes"]) for m in metas),
         "checksum": SHARD_SEPARATOR.join(str(m["checksum"]) for m in metas),
         "layout": metas[0]["layout"],
+        **({"shared_memory": metas[0]["shared_memory"]} if "shared_memory" in metas[0] else {}),
     }
 
 

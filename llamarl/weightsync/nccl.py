@@ -15,7 +15,10 @@ from llamarl.weightsync.p2p import PairBackend
 from llamarl.weightsync.pair_ends import PairGroupPublisher, PairGroupReceiver
 
 
-def nccl_pair_group(store: dist.Store, rank: int, timeout_s: float) -> Any:
+def nccl_pair_group(store: dist.Store, rank: int, timeout_s: float, address: str | None) -> Any:
+    """A two-rank NCCL group (NCCL finds its own interface: NCCL_SOCKET_IFNAME; `address` is
+    gloo's concern)."""
+    del address
     options = dist.ProcessGroupNCCL.Options()
     options._timeout = datetime.timedelta(seconds=timeout_s)
     return dist.ProcessGroupNCCL(store, rank, 2, options)

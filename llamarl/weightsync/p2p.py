@@ -40,7 +40,7 @@ import zmq
 from llamarl.curve import Curve
 from llamarl.errors import ProtocolError, SyncError
 from llamarl.limits import RejectHook
-from llamarl.net import make_socket
+from llamarl.net import address_towards, make_socket, own_address
 from llamarl.weightsync import messages
 from llamarl.weightsync.base import (
     StopCheck,
@@ -65,8 +65,10 @@ class PairBackend:
 
     name: str
     device: str
-    make_group: Callable[[dist.Store, int, float], Any]
-    """(store, rank, timeout_s) -> a two-rank process group of its own, outside any world."""
+    make_group: Callable[[dist.Store, int, float, str | None], Any]
+    """(store, rank, timeout_s, address) -> a two-rank process group of its own, outside any
+    world, whose end here uses this machine's `address` (the one the peer reaches it at; None:
+    the backend's own choice)."""
 
 
 def buckets(total: int, bucket_values: int) -> list[tuple[int, int]]:
@@ -98,6 +100,7 @@ class P2PWeightServer:
         self._control = make_socket(self._ctx, zmq.ROUTER, 100, curve, server=True)
         port = self._control.bind_to_random_port(f"tcp://{host}")
         self.endpoint = f"tcp://{advertise_host or host}:{port}"
+        self.group_address = own_address(advertise_host or host)
         self._held: dict[int, FlatWeights] = {}
         self._sending: FlatWeights | None = None
         self._lock = threading.Lock()
@@ -175,7 +178,10 @@ class P2PWeightServer:
         try:
             if known is None:
                 store = dist.PrefixStore(name, self.store)
-                self._groups[peer] = (name, self.backend.make_group(store, 0, self.timeout_s))
+                self._groups[peer] = (
+                    name,
+                    self.backend.make_group(store, 0, self.timeout_s, self.group_address),
+                )
             group = self._groups[peer][1]
             buffer = weights.buffer.to(self.backend.device)
             timeout = datetime.timedelta(seconds=self.timeout_s)
@@ -286,7 +292,9 @@ class P2PReceiver:
             host, reply.store_port, is_master=False,
             timeout=datetime.timedelta(seconds=self.timeout_s),
         )  # fmt: skip
-        group = self.backend.make_group(dist.PrefixStore(reply.group, store), 1, self.timeout_s)
+        group = self.backend.make_group(
+            dist.PrefixStore(reply.group, store), 1, self.timeout_s, address_towards(host)
+        )
         self._group = (endpoint, reply.group, group)
         return group
 

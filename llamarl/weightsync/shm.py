@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import mmap
 import os
+import socket
 import threading
 import warnings
 from collections.abc import Mapping
@@ -33,7 +34,7 @@ from pathlib import Path
 import torch
 
 from llamarl.config import ShmSync, transport_name
-from llamarl.errors import SyncError
+from llamarl.errors import ConfigError, SyncError
 from llamarl.weightsync.base import (
     Meta,
     Staged,
@@ -55,6 +56,30 @@ from llamarl.weightsync.flat import (
 from llamarl.weightsync.messages import Announced
 
 KEEP_VERSIONS = 3
+
+
+def shm_domain(directory: str | Path) -> str:
+    """Which shared memory `directory` is, as `host/boot id/filesystem device`: two processes
+    see each other's files there exactly when the boot id and device agree (another machine has
+    booted with another id; a container or a host of its own mounts /dev/shm afresh)."""
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    return f"{socket.gethostname()}/{boot_id}/{os.stat(directory).st_dev}"
+
+
+def check_same_shared_memory(announced: Announced) -> None:
+    """ConfigError when a version lies in another host's shared memory: no file of it can be
+    mapped here, and no retry changes that."""
+    there = announced.shared_memory
+    if not there:
+        return
+    directory = Path(announced.endpoints[0]).parent
+    here = shm_domain(directory) if directory.is_dir() else f"{socket.gethostname()}/-"
+    if there.split("/", 1)[1] != here.split("/", 1)[1]:
+        raise ConfigError(
+            f"sync.transport: shm: the trainer's versions are in the shared memory of host "
+            f"{there.split('/')[0]!r} and this generator runs on {here.split('/')[0]!r}; shared "
+            "memory cannot cross hosts: set sync.transport: gloo (or auto) on every role"
+        )
 
 
 @dataclass
@@ -104,6 +129,7 @@ class ShmPublisher(WeightPublisher[StagedFile]):
     def __init__(self, run_id: str, directory: str = "/dev/shm", shard: Shard = WHOLE) -> None:
         super().__init__()
         self.directory = Path(directory)
+        self.domain = shm_domain(directory)
         self.shard = shard
         part = f"s{shard.index}-" if shard.count > 1 else ""
         self.prefix = f"llamarl-{run_id}-{os.getpid()}-{part}v"
@@ -168,7 +194,7 @@ class ShmPublisher(WeightPublisher[StagedFile]):
         self.prepare_next(file.num_bytes)
         return {"transport": self.name, "endpoint": str(file.target),
                 "num_bytes": file.num_bytes, "checksum": digest,
-                "layout": self.shard.layout}  # fmt: skip
+                "layout": self.shard.layout, "shared_memory": self.domain}  # fmt: skip
 
     def discard(self, staged: Staged[StagedFile]) -> None:
         staged.handle.temp.unlink(missing_ok=True)
@@ -214,6 +240,7 @@ class ShmReceiver(WeightReceiver[Received]):
         self, meta: Mapping[str, str], should_stop: StopCheck = never_stop
     ) -> tuple[int, Received]:
         announced = Announced.parse(meta, self.name)
+        check_same_shared_memory(announced)
         endpoints = announced.endpoints
         if len(endpoints) == 1:
             sizes = [announced.num_bytes]

@@ -12,8 +12,8 @@ import yaml
 
 from llamarl.config import load_config
 from llamarl.roles.build import checkpoint_store, held_out_evaluation
+from tests.conftest import TINY
 from tests.integration.async_helpers import launch, metrics_records
-from tests.integration.conftest import TINY
 
 
 def test_a_shared_evaluation_equals_a_direct_evaluation_of_its_version(
