@@ -72,6 +72,9 @@ def _decode_order(data: bytes) -> Order:
     return Order(str(wire["op"]), int(wire["step"]), int(wire["policy_version"]), groups)
 
 
+CLOSE_WAIT_S = 30.0
+
+
 def choose_gloo_interface(environ: MutableMapping[str, str]) -> None:
     """Set GLOO_SOCKET_IFNAME, unless it is set, to the interface that reaches MASTER_ADDR (rank
     0's host, set by torchrun): gloo's own choice resolves this host's name, and where that
@@ -155,5 +158,13 @@ class TrainerRanks:
             log.warning("could not stop the other trainer ranks", error=str(err)[:160])
 
     def close(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        """Leave the group once every rank is here (up to CLOSE_WAIT_S): a rank that tore its
+        group down while another still talked to it made that one abort ("terminate called
+        without an active exception"). A rank that never comes (it died) is not waited for."""
+        if not dist.is_initialized():
+            return
+        try:
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=CLOSE_WAIT_S))
+        except RuntimeError as err:
+            log.warning("trainer ranks did not all reach the end", error=str(err)[:200])
+        dist.destroy_process_group()

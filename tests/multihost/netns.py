@@ -73,9 +73,10 @@ class Host:
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def enter(self) -> list[str]:
-        """The command prefix that runs a program on this host."""
+        """The command prefix that runs a program on this host, in this process's directory."""
         assert self.holder is not None
-        return ["nsenter", "-t", str(self.holder.pid), "-n", "-m", "-u", "--"]
+        return ["nsenter", "-t", str(self.holder.pid), "-n", "-m", "-u", f"--wd={os.getcwd()}",
+                "--"]  # fmt: skip
 
     def run(self, argv: Sequence[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """Run a short command on this host to its end."""
