@@ -31,6 +31,11 @@ def register(sub: Subparsers) -> None:
     sync.add_argument("--generator-device", choices=["cpu", "cuda"], default="cpu",
                       help="where the generators' weights live (cuda: against a raw "
                            "host-to-GPU copy)")  # fmt: skip
+    sync.add_argument(
+        "--across-hosts",
+        action="store_true",
+        help="trainer and generators on two simulated hosts (network namespaces, root)",
+    )
     sync.add_argument("--out", help="also write the JSON here")
     sync.set_defaults(func=weight_sync)
     _register_others(bench_sub)
@@ -148,7 +153,15 @@ def weight_sync(args: argparse.Namespace) -> int:
     sizes = [float(size) for size in args.sizes_mb.split(",")]
     generators = [int(count) for count in args.generators.split(",")]
     ranks = [int(count) for count in args.trainer_ranks.split(",")]
-    result = bench(sizes, generators, args.repeats, args.bucket_mb, ranks, args.generator_device)
+    result = bench(
+        sizes,
+        generators,
+        args.repeats,
+        args.bucket_mb,
+        ranks,
+        args.generator_device,
+        args.across_hosts,
+    )
     return _emit(result, args)
 
 

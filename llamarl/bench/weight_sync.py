@@ -32,6 +32,7 @@ import itertools
 import multiprocessing as mp
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,7 @@ import torch
 import torch.distributed as dist
 from pydantic import TypeAdapter
 
+from llamarl.bench.hosts import Placement, two_hosts
 from llamarl.bench.stats import spread
 from llamarl.bench.weight_sync_ranks import (
     NUM_TENSORS,
@@ -50,7 +52,7 @@ from llamarl.bench.weight_sync_ranks import (
 )
 from llamarl.config import SyncConfig
 from llamarl.errors import ConfigError
-from llamarl.net import free_port_block
+from llamarl.net import address_towards, free_port_block
 from llamarl.weightsync.gloo import gloo_pair_group
 from llamarl.weightsync.p2p import buckets
 
@@ -86,10 +88,22 @@ def copy_s(num_bytes: int, repeats: int, device: str = "cpu") -> list[float]:
     return times
 
 
-def _raw_peer(rank: int, port: int, num_bytes: int, bucket_values: int, repeats: int, out) -> None:
+def _raw_peer(
+    rank: int,
+    port: int,
+    num_bytes: int,
+    bucket_values: int,
+    repeats: int,
+    out: Any,
+    placement: Placement | None,
+) -> None:
+    host = "127.0.0.1"
+    if placement is not None:  # rank 0 on the trainer's host, rank 1 on the generators'
+        placement.enter("trainer" if rank == 0 else "generator")
+        host = placement.trainer_address
     torch.set_num_threads(1)
-    store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, timedelta(TIMEOUT_S))
-    group = gloo_pair_group(store, rank, TIMEOUT_S, "127.0.0.1")
+    store = dist.TCPStore(host, port, 2, rank == 0, timedelta(TIMEOUT_S))
+    group = gloo_pair_group(store, rank, TIMEOUT_S, host if rank == 0 else address_towards(host))
     buffer = torch.randn(num_bytes // 4) if rank == 0 else torch.empty(num_bytes // 4)
     times = []
     for _ in range(repeats + 1):  # the first round warms the connection up
@@ -108,12 +122,19 @@ def timedelta(seconds: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=seconds)
 
 
-def raw_gloo_s(num_bytes: int, bucket_values: int, repeats: int) -> list[float]:
+def raw_gloo_s(
+    num_bytes: int, bucket_values: int, repeats: int, placement: Placement | None = None
+) -> list[float]:
+    """Seconds of each raw gloo send of the bytes between two processes (across the link of
+    `placement`'s two hosts, when given), in buckets as ours."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    port = free_port_block(size=1)
+    port = free_port_block(size=1)  # free on the trainer's host too: a namespace of its own
     procs = [
-        ctx.Process(target=_raw_peer, args=(rank, port, num_bytes, bucket_values, repeats, out))
+        ctx.Process(
+            target=_raw_peer,
+            args=(rank, port, num_bytes, bucket_values, repeats, out, placement),
+        )
         for rank in (0, 1)
     ]
     for proc in procs:
@@ -159,19 +180,24 @@ def arm_rounds(
     repeats: int,
     bucket_mb: float,
     generator_device: str = "cpu",
+    placement: Placement | None = None,
 ) -> dict[tuple[int, int], Rounds]:
     """Per (rank count, generator count): the measured rounds of one arm. Its processes start
-    once: a trainer per rank count and the most generators asked for."""
+    once: a trainer per rank count and the most generators asked for (on two hosts with
+    `placement`: the trainer's weight servers bind its host's address)."""
     ctx = mp.get_context("spawn")
     config = _sync_config(transport, verify, bucket_mb)
+    if placement is not None:
+        config = config.model_copy(update={"host": placement.trainer_address})
     expected = trainer_checksum(num_bytes)
-    pool = Generators(ctx, config, num_bytes, max(generators), generator_device)
+    pool = Generators(ctx, config, num_bytes, max(generators), generator_device, placement)
     trainers: dict[int, Trainer] = {}
     rounds = {(ranks, count): Rounds() for ranks in trainer_ranks for count in generators}
     versions = itertools.count()
     try:
         for ranks in trainer_ranks:
-            trainers[ranks] = Trainer(ctx, config, f"bench-{transport}-r{ranks}", num_bytes, ranks)
+            run_id = f"bench-{transport}-r{ranks}"
+            trainers[ranks] = Trainer(ctx, config, run_id, num_bytes, ranks, placement)
         for count in generators:
             for index in range(WARMUP_ROUNDS + repeats):
                 version = next(versions)
@@ -261,22 +287,33 @@ def size_entry(
     repeats: int,
     bucket_mb: float,
     generator_device: str,
+    placement: Placement | None = None,
 ) -> dict[str, Any]:
-    """Every figure of one model size (a raw host-to-GPU copy too, for generators on the GPU)."""
+    """Every figure of one model size (a raw host-to-GPU copy too, for generators on the GPU);
+    with `placement`, the network arms only, across its two hosts' link."""
     num_bytes = int(size_mb * 1024 * 1024) // (4 * NUM_TENSORS) * 4 * NUM_TENSORS
     bucket_values = max(1, int(bucket_mb * 1024 * 1024) // 4)
+    raw = raw_gloo_s(num_bytes, bucket_values, repeats, placement)
     entry: dict[str, Any] = {
         "mb": round(num_bytes / 2**20, 1),
         "memcpy_GBps": _gbps(num_bytes, copy_s(num_bytes, repeats)),
-        "raw_gloo_GBps": _gbps(num_bytes, raw_gloo_s(num_bytes, bucket_values, repeats)),
+        "raw_gloo_GBps": _gbps(num_bytes, raw),
     }
     if generator_device == "cuda":
         entry["h2d_GBps"] = _gbps(num_bytes, copy_s(num_bytes, repeats, "cuda"))
-    for arm, (transport, verify) in ARMS.items():
+    arms = {arm: how for arm, how in ARMS.items() if placement is None or how[0] != "shm"}
+    for arm, (transport, verify) in arms.items():
         measured = arm_rounds(
-            transport, verify, num_bytes, generators, trainer_ranks, repeats, bucket_mb,
+            transport,
+            verify,
+            num_bytes,
+            generators,
+            trainer_ranks,
+            repeats,
+            bucket_mb,
             generator_device,
-        )  # fmt: skip
+            placement,
+        )
         entry[arm] = {
             f"ranks_{ranks}": {
                 f"generators_{count}": summary(num_bytes, measured[ranks, count])
@@ -295,13 +332,24 @@ def bench(
     bucket_mb: float,
     trainer_ranks: Sequence[int] = (1, 2),
     generator_device: str = "cpu",
+    across_hosts: bool = False,
 ) -> dict[str, Any]:
+    """Every size's figures; `across_hosts`: the trainer and the generators on two simulated
+    hosts (`llamarl.bench.hosts`), gloo only (shared memory cannot cross hosts)."""
     if generator_device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--generator-device: cuda, but this machine has no CUDA device")
     torch.set_num_threads(1)
-    sizes = [
-        size_entry(mb, generators, trainer_ranks, repeats, bucket_mb, generator_device)
-        for mb in sizes_mb
-    ]
-    return {"generators": generators, "trainer_ranks": list(trainer_ranks),
-            "generator_device": generator_device, "sizes": sizes}  # fmt: skip
+    with two_hosts() if across_hosts else nullcontext() as placement:
+        sizes = [
+            size_entry(
+                mb, generators, trainer_ranks, repeats, bucket_mb, generator_device, placement
+            )
+            for mb in sizes_mb
+        ]
+    return {
+        "generators": generators,
+        "trainer_ranks": list(trainer_ranks),
+        "generator_device": generator_device,
+        "across_hosts": across_hosts,
+        "sizes": sizes,
+    }

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from llamarl.bench.hosts import Placement
 from llamarl.config import SyncConfig
 from llamarl.errors import SyncError
 from llamarl.weightsync import make_publisher, make_receiver
@@ -62,10 +63,18 @@ def trainer_checksum(num_bytes: int) -> str:
 
 
 def _rank(
-    config: SyncConfig, run_id: str, num_bytes: int, shard: Shard, todo: Any, out: Any
+    config: SyncConfig,
+    run_id: str,
+    num_bytes: int,
+    shard: Shard,
+    todo: Any,
+    out: Any,
+    placement: Placement | None,
 ) -> None:
     """One trainer rank: stage and publish its shard of each version it is told, report (rank,
     version, metadata, stage seconds, publish seconds); serve until told None."""
+    if placement is not None:
+        placement.enter("trainer")
     torch.set_num_threads(1)
     model = FlatModel(num_bytes, TRAINER_SEED)
     publisher = make_publisher(config, run_id, curve=None, on_reject=None, shard=shard)
@@ -82,11 +91,19 @@ def _rank(
 
 
 def _generator(
-    worker_id: str, config: SyncConfig, num_bytes: int, device: str, todo: Any, out: Any
+    worker_id: str,
+    config: SyncConfig,
+    num_bytes: int,
+    device: str,
+    todo: Any,
+    out: Any,
+    placement: Placement | None,
 ) -> None:
     """Pull each announced version and swap it into a model on `device`, as a generator does,
     reporting the seconds each pull took (until the weights are on the device); on VERIFY report
     the checksum of the model's weights."""
+    if placement is not None:
+        placement.enter("generator")
     torch.set_num_threads(1)
     model = FlatModel(num_bytes, GENERATOR_SEED).to(device)
     receiver = make_receiver(config, worker_id)
@@ -130,12 +147,21 @@ class Published:
 class Trainer:
     """A trainer of `num_ranks` data-parallel ranks, one publisher process each."""
 
-    def __init__(self, ctx: SpawnContext, config: SyncConfig, run_id: str, num_bytes: int,
-                 num_ranks: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ctx: SpawnContext,
+        config: SyncConfig,
+        run_id: str,
+        num_bytes: int,
+        num_ranks: int,
+        placement: Placement | None = None,
+    ) -> None:
         self.out = ctx.Queue()
         self.todo = [ctx.Queue() for _ in range(num_ranks)]
         self.procs = [
-            ctx.Process(target=_rank, args=(config, run_id, num_bytes, shard, todo, self.out))
+            ctx.Process(
+                target=_rank, args=(config, run_id, num_bytes, shard, todo, self.out, placement)
+            )
             for shard, todo in zip(shards(num_ranks), self.todo, strict=True)
         ]
         for proc in self.procs:
@@ -160,13 +186,21 @@ class Generators:
     """Generator processes pulling the same versions at once into models on `device`; a round of
     `count` uses the first `count` of them (the others wait idle, taking no CPU)."""
 
-    def __init__(self, ctx: SpawnContext, config: SyncConfig, num_bytes: int,
-                 num_generators: int, device: str) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ctx: SpawnContext,
+        config: SyncConfig,
+        num_bytes: int,
+        num_generators: int,
+        device: str,
+        placement: Placement | None = None,
+    ) -> None:
         self.out = ctx.Queue()
         self.todo = [ctx.Queue() for _ in range(num_generators)]
         self.procs = [
             ctx.Process(
-                target=_generator, args=(f"gen-{i}", config, num_bytes, device, todo, self.out)
+                target=_generator,
+                args=(f"gen-{i}", config, num_bytes, device, todo, self.out, placement),
             )
             for i, todo in enumerate(self.todo)
         ]

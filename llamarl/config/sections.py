@@ -238,6 +238,13 @@ class WorkersConfig(_Section):
     """torch threads per generator; null: their share of `num_cores`."""
     pin_cores: bool = True
     """`llamarl run` pins the trainer and each generator to cores of their own when they fit."""
+    ray_resources: dict[Literal["trainer", "generator", "reward"], dict[str, float]] = Field(
+        default_factory=dict
+    )
+    """`--launcher ray`: custom resources each worker of a role asks for besides its CPUs and
+    GPUs, so it lands on the nodes that declare them (`ray start --resources
+    '{"trainer_node": 1}'`); for example {trainer: {trainer_node: 1}, generator:
+    {generator_node: 1}}. Empty: Ray places each worker wherever its CPUs and GPUs fit."""
     max_restarts: int = Field(3, ge=0, le=1000)
     """`llamarl run` restarts a dead worker (the trainer resumes from its checkpoint), and its own
     Redis and broker, up to this many times each within any `restart_window_s`; one more crash in

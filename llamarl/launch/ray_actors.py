@@ -32,7 +32,7 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +71,8 @@ class Resources:
 
     num_cpus: int
     num_gpus: int
+    custom: dict[str, float] = field(default_factory=dict)
+    """`workers.ray_resources` of the role: resources only some nodes declare."""
 
 
 def check_launcher(launcher: str, mode: str) -> None:
@@ -99,14 +101,16 @@ def worker_roles(config: RunConfig) -> list[tuple[str, str]]:
 
 def role_resources(config: RunConfig, split: CoreSplit, role: str) -> Resources:
     """The Ray request of one worker of `role`: its threads as CPUs, a GPU per cuda process."""
+    by_role = {str(name): wanted for name, wanted in config.workers.ray_resources.items()}
+    custom = dict(by_role.get(role, {}))
     if role == "trainer":
         ranks = config.trainer.ranks
         gpus = ranks if config.trainer.device == "cuda" else 0
-        return Resources(split.trainer_threads * ranks, gpus)
+        return Resources(split.trainer_threads * ranks, gpus, custom)
     if role == "generator":
         gpus = 1 if config.generation.device == "cuda" else 0
-        return Resources(split.generator_threads, gpus)
-    return Resources(1, 0)
+        return Resources(split.generator_threads, gpus, custom)
+    return Resources(1, 0, custom)
 
 
 def cpus_needed(config: RunConfig, split: CoreSplit) -> int:
@@ -150,18 +154,23 @@ class RayProcess:
 
     def __init__(self, actor: Any, worker_id: str, request: Resources) -> None:
         import ray
-        from ray.exceptions import GetTimeoutError
+        from ray.exceptions import GetTimeoutError, RayActorError
 
         self.actor = actor
         self.returncode: int | None = None
+        self.pid = 0
         try:
-            self.pid: int = ray.get(actor.pid.remote(), timeout=PLACE_TIMEOUT_S)
+            self.pid = ray.get(actor.pid.remote(), timeout=PLACE_TIMEOUT_S)
+        except RayActorError as err:  # placed on a node that died before Ray knew: lost
+            log.warning("role actor lost", worker_id=worker_id, error=str(err).splitlines()[0])
+            self._finish(ACTOR_LOST)
         except GetTimeoutError:
             ray.kill(actor)
             raise ConfigError(
                 f"workers: Ray placed no actor for {worker_id} ({request.num_cpus} CPUs, "
-                f"{request.num_gpus} GPUs) within {PLACE_TIMEOUT_S:g} s; the cluster has "
-                f"{ray.cluster_resources()}: lower the threads or devices asked for, or add nodes"
+                f"{request.num_gpus} GPUs, resources {request.custom}) within "
+                f"{PLACE_TIMEOUT_S:g} s; the cluster has {ray.cluster_resources()}: lower the "
+                "threads or devices asked for, or add nodes"
             ) from None
 
     def _call(self, method: str, timeout_s: float, *args: Any) -> Any:
@@ -231,6 +240,7 @@ class RaySpawner:
                 namespace=NAMESPACE,
                 num_cpus=request.num_cpus,
                 num_gpus=request.num_gpus,
+                resources=request.custom or None,
                 max_restarts=0,  # the Supervisor restarts, within workers.max_restarts
             )
             .remote(

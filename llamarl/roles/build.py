@@ -59,6 +59,7 @@ from llamarl.training.sharded_checkpoint import load_shards
 from llamarl.weightsync import (
     WeightPublisher,
     WeightReceiver,
+    advertise_towards,
     check_crosses_processes,
     make_publisher,
     make_receiver,
@@ -286,7 +287,8 @@ def shard_publisher(config: RunConfig, ranks: TrainerRanks | None,
     rows = config.trainer.sharding == "fsdp"
     shard = Shard(ranks.rank, ranks.world, rows) if ranks is not None else WHOLE
     curve = load_curve(config.broker.curve_keys)
-    return make_publisher(config.sync, config.run_id, curve, on_reject, shard)
+    sync = advertise_towards(config.sync, config.broker.host)
+    return make_publisher(sync, config.run_id, curve, on_reject, shard)
 
 
 def trainer(

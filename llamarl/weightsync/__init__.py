@@ -13,6 +13,7 @@ from llamarl.weightsync.base import Staged, WeightPublisher, WeightReceiver
 from llamarl.weightsync.registry import (
     TRANSPORTS,
     Transport,
+    advertise_towards,
     check_crosses_processes,
     make_publisher,
     make_receiver,
@@ -25,6 +26,7 @@ __all__ = [
     "Transport",
     "WeightPublisher",
     "WeightReceiver",
+    "advertise_towards",
     "make_publisher",
     "make_receiver",
     "check_crosses_processes",

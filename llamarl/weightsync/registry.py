@@ -27,6 +27,7 @@ from llamarl.config import (
 from llamarl.curve import Curve
 from llamarl.errors import ConfigError
 from llamarl.limits import RejectHook
+from llamarl.net import address_towards
 from llamarl.weightsync.base import WeightPublisher, WeightReceiver
 from llamarl.weightsync.flat import WHOLE, Shard
 from llamarl.weightsync.gloo import GlooPublisher, GlooReceiver
@@ -77,6 +78,25 @@ def _is_this_host(address: str) -> bool:
     except ValueError:  # a host name: reached from elsewhere
         return False
     return ip.is_loopback or ip.is_unspecified
+
+
+def advertise_towards(config: SyncConfig, peer: str) -> SyncConfig:
+    """`config` with `advertise_host` set where the weight server binds every address (0.0.0.0
+    or ::) and none is advertised: this machine's address on the route to `peer` (the broker's
+    host), which is where generators elsewhere reach it, wherever a scheduler placed the
+    trainer. Any other config is returned as it is."""
+    if not isinstance(config, AutoSync | GlooSync | NcclSync):
+        return config
+    if config.advertise_host or not _binds_every_address(config.host):
+        return config
+    return config.model_copy(update={"advertise_host": address_towards(peer)})
+
+
+def _binds_every_address(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:  # a host name
+        return False
 
 
 def resolve_transport(config: SyncConfig) -> ConcreteSync:

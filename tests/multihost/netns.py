@@ -3,8 +3,9 @@ address, hostname and /dev/shm, joined to the others by a bridge; the machine it
 bridge too, so a test can reach every host.
 
 A host is a long-lived holder process made with `unshare` inside `ip netns exec`: its own
-network, UTS (hostname) and mount namespaces, with a private tmpfs on /dev/shm, so what one host
-writes to shared memory another cannot see, as across machines. Processes join a host with
+network, UTS (hostname) and mount namespaces, with a private tmpfs on /dev/shm and /tmp/ray, so
+what one host writes to shared memory (or Ray to its sockets) another cannot see, as across
+machines. Processes join a host with
 `nsenter` on the holder's pid. Everything else (the filesystem, the Python environment) is shared,
 as a cluster's shared filesystem is.
 
@@ -32,11 +33,13 @@ from typing import IO
 
 HOLDER = (
     "mount -t tmpfs -o size=2g tmpfs /dev/shm && hostname {name} && "
+    "mkdir -p /tmp/ray && mount -t tmpfs tmpfs /tmp/ray && "
     "mount --bind {etc}/hosts /etc/hosts && mount --bind {etc}/resolv.conf /etc/resolv.conf && "
     "echo ready && exec sleep infinity"
 )
-"""A host's holder: its own /dev/shm and hostname, and the cluster's names in /etc/hosts (no
-name server: a lookup of anything else fails at once instead of timing out)."""
+"""A host's holder: its own /dev/shm, /tmp/ray (Ray's sockets and session files) and hostname,
+and the cluster's names in /etc/hosts (no name server: a lookup of anything else fails at once
+instead of timing out)."""
 
 
 def _ip(*args: str) -> None:
@@ -185,12 +188,50 @@ class Cluster:
         """Stop every process this cluster started (by pid, its process group), then remove the
         namespaces and the bridge. Safe to call twice and after a failed build."""
         for host in self.hosts.values():
-            for proc in [*host.processes, *([host.holder] if host.holder else [])]:
+            for proc in host.processes:
                 _stop(proc)
+            if host.holder is not None:
+                for pid in _in_namespace(host.holder.pid):  # daemons that left the group (Ray)
+                    _kill(pid)
+                _stop(host.holder)
         for host in self.hosts.values():
             subprocess.run(["ip", "netns", "del", host.netns], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
         shutil.rmtree(self.etc, ignore_errors=True)
+
+
+def kill_namespace(host: Host) -> None:
+    """SIGKILL every process on `host` but its holder: the host's power cut."""
+    assert host.holder is not None
+    for pid in _in_namespace(host.holder.pid):
+        _kill(pid)
+    for proc in host.processes:
+        proc.wait(30)
+
+
+def _in_namespace(holder_pid: int) -> list[int]:
+    """The pids in the network namespace of `holder_pid` (a host's), the holder aside: every
+    one was started by this cluster, since the namespace is its own."""
+    try:
+        namespace = os.readlink(f"/proc/{holder_pid}/ns/net")
+    except OSError:
+        return []
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != holder_pid:
+            try:
+                if os.readlink(entry / "ns" / "net") == namespace:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue  # exited meanwhile
+    return pids
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _stop(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:

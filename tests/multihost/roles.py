@@ -78,6 +78,14 @@ class Head:
         finally:
             store.close()
 
+    def hosts_of_workers(self) -> dict[str, str]:
+        """worker id -> the host name each live worker registered from."""
+        store = RedisStore(self.redis_url, self.run_id, connect_deadline_s=5)
+        try:
+            return {w.worker_id: str(w.fields["host"]) for w in store.workers() if w.alive}
+        finally:
+            store.close()
+
     def client(self) -> redis.Redis:
         return redis.Redis.from_url(self.redis_url, socket_timeout=5)
 
