@@ -5,12 +5,15 @@
 # `make test`.
 # Both run the tests in 2 pytest-xdist workers, a test file's tests all in one (module fixtures),
 # the longest files first (tests/conftest.py).
+# `make test-multihost`: the multi-host tier (tests/multihost, about 8 minutes): roles, trainer
+# ranks and a Ray cluster on simulated hosts (network namespaces, so it needs root and `ip`);
+# CI runs it after `make test-vllm`.
 # `make docs`: the documentation site (mkdocs.yml, docs/) into site/, strict: a warning fails it.
 VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup test test-vllm test-fast lint run docs clean
+.PHONY: setup test test-vllm test-multihost test-fast lint run docs clean
 
 setup:
 	bash scripts/setup.sh
@@ -22,12 +25,15 @@ lint: setup
 
 test: lint
 	$(BIN)/python -m pytest -q --durations=15 -n 2 --dist loadfile --no-loadscope-reorder \
-		--ignore=tests/vllm tests
+		--ignore=tests/vllm --ignore=tests/multihost tests
 
 test-vllm: setup
 	bash scripts/setup.sh --vllm
 	bash scripts/import_smollm2.sh
 	$(BIN)/python -m pytest -q --durations=10 tests/vllm
+
+test-multihost: setup
+	$(BIN)/python -m pytest -q --durations=10 tests/multihost
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests/unit tests/contract

@@ -71,10 +71,24 @@ def two_hosts() -> Iterator[Placement]:
         for name in (placement.trainer_netns, placement.generator_netns):
             _ip("netns", "add", name)
             made.append(name)
-        _ip("link", "add", f"llb{tag}t", "netns", placement.trainer_netns, "type", "veth",
-            "peer", "name", f"llb{tag}g", "netns", placement.generator_netns)  # fmt: skip
-        ends = ((placement.trainer_netns, f"llb{tag}t", placement.trainer_address),
-                (placement.generator_netns, f"llb{tag}g", placement.generator_address))  # fmt: skip
+        _ip(
+            "link",
+            "add",
+            f"llb{tag}t",
+            "netns",
+            placement.trainer_netns,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            f"llb{tag}g",
+            "netns",
+            placement.generator_netns,
+        )
+        ends = (
+            (placement.trainer_netns, f"llb{tag}t", placement.trainer_address),
+            (placement.generator_netns, f"llb{tag}g", placement.generator_address),
+        )
         for netns, device, address in ends:
             _ip("-n", netns, "link", "set", device, "name", LINK)
             _ip("-n", netns, "addr", "add", f"{address}/24", "dev", LINK)

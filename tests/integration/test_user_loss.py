@@ -40,8 +40,12 @@ def test_a_user_loss_and_advantage_by_module_function_train_the_demo(tmp_path: P
     env = {**os.environ, "PYTHONPATH": str(REPO), CALLS: str(calls)}
     done = subprocess.run(
         [sys.executable, "-m", "workers.cli", "run", str(config), "--mode", "sync"],
-        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     steps = [json.loads(line) for line in (tmp_path / "user-loss" / "metrics.jsonl").open()]
     steps = [step for step in steps if "loss" in step]

@@ -78,8 +78,16 @@ class Host:
     def enter(self) -> list[str]:
         """The command prefix that runs a program on this host, in this process's directory."""
         assert self.holder is not None
-        return ["nsenter", "-t", str(self.holder.pid), "-n", "-m", "-u", f"--wd={os.getcwd()}",
-                "--"]  # fmt: skip
+        return [
+            "nsenter",
+            "-t",
+            str(self.holder.pid),
+            "-n",
+            "-m",
+            "-u",
+            f"--wd={os.getcwd()}",
+            "--",
+        ]
 
     def run(self, argv: Sequence[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """Run a short command on this host to its end."""
@@ -95,9 +103,12 @@ class Host:
         out: IO[bytes] | int = open(log, "ab") if log else subprocess.DEVNULL
         try:
             proc = subprocess.Popen(
-                [*self.enter(), *argv], env=env, stdout=out, stderr=subprocess.STDOUT,
+                [*self.enter(), *argv],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         finally:
             if log:
                 out.close()  # type: ignore[union-attr]
@@ -143,18 +154,41 @@ class Cluster:
         for host in self.hosts.values():
             outside = f"v{self.tag}{host.name}"[:15]
             _ip("netns", "add", host.netns)
-            _ip("link", "add", outside, "type", "veth", "peer", "name", host.link,
-                "netns", host.netns)  # fmt: skip
+            _ip(
+                "link",
+                "add",
+                outside,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                host.link,
+                "netns",
+                host.netns,
+            )
             _ip("link", "set", outside, "master", self.bridge, "up")
             _ip("-n", host.netns, "addr", "add", f"{host.address}/24", "dev", host.link)
             _ip("-n", host.netns, "link", "set", host.link, "up")
             _ip("-n", host.netns, "link", "set", "lo", "up")
             _ip("-n", host.netns, "route", "add", "default", "via", self.gateway)
             holder = subprocess.Popen(
-                ["ip", "netns", "exec", host.netns, "unshare", "--mount", "--uts",
-                 "--propagation", "private", "sh", "-c", HOLDER.format(name=host.name, etc=self.etc)],
-                stdout=subprocess.PIPE, start_new_session=True,
-            )  # fmt: skip
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    host.netns,
+                    "unshare",
+                    "--mount",
+                    "--uts",
+                    "--propagation",
+                    "private",
+                    "sh",
+                    "-c",
+                    HOLDER.format(name=host.name, etc=self.etc),
+                ],
+                stdout=subprocess.PIPE,
+                start_new_session=True,
+            )
             host.holder = holder
             assert holder.stdout is not None
             if holder.stdout.readline().strip() != b"ready":
@@ -179,9 +213,22 @@ class Cluster:
     def lossy(self, host: str, peer: str, probability: float) -> None:
         """Drop each packet from `host` to `peer` with this probability (iptables statistic)."""
         done = self.hosts[host].run(
-            ["iptables", "-A", "OUTPUT", "-d", self.hosts[peer].address, "-m", "statistic",
-             "--mode", "random", "--probability", str(probability), "-j", "DROP"]
-        )  # fmt: skip
+            [
+                "iptables",
+                "-A",
+                "OUTPUT",
+                "-d",
+                self.hosts[peer].address,
+                "-m",
+                "statistic",
+                "--mode",
+                "random",
+                "--probability",
+                str(probability),
+                "-j",
+                "DROP",
+            ]
+        )
         assert done.returncode == 0, done.stderr
 
     def close(self) -> None:

@@ -35,8 +35,10 @@ def curve_keys(directory: Path) -> Path:
     keys = directory / "keys"
     done = subprocess.run(
         [sys.executable, "-m", "workers.cli", "keys", "generate", str(keys)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return keys
 
@@ -51,8 +53,11 @@ class Head:
         self.config = config
         self.run_id = str(yaml.safe_load(config.read_text())["run_id"])
         self.redis_url = f"redis://:{PASSWORD}@{self.host.address}:{REDIS_PORT}/0"
-        self.env = {**os.environ, "LLAMARL_REDIS_URL": self.redis_url,
-                    "LLAMARL_BROKER": f"{self.host.address}:{BROKER_PORT}"}  # fmt: skip
+        self.env = {
+            **os.environ,
+            "LLAMARL_REDIS_URL": self.redis_url,
+            "LLAMARL_BROKER": f"{self.host.address}:{BROKER_PORT}",
+        }
 
     def start(self) -> Head:
         logs = self.run_dir / "logs"
@@ -60,15 +65,32 @@ class Head:
         data = self.run_dir / "redis"
         data.mkdir(exist_ok=True)
         self.host.start(
-            [find_redis_server(), "--bind", self.host.address, "--port", str(REDIS_PORT),
-             "--requirepass", PASSWORD, "--dir", str(data), "--appendonly", "yes",
-             "--save", ""],
+            [
+                find_redis_server(),
+                "--bind",
+                self.host.address,
+                "--port",
+                str(REDIS_PORT),
+                "--requirepass",
+                PASSWORD,
+                "--dir",
+                str(data),
+                "--appendonly",
+                "yes",
+                "--save",
+                "",
+            ],
             log=logs / "redis.log",
-        )  # fmt: skip
+        )
         self.wait_redis()
-        worker(self.host, "broker", "broker", self.config,
-               {**self.env, "LLAMARL_BROKER": f"{self.host.address}:{BROKER_PORT}"},
-               logs)  # fmt: skip
+        worker(
+            self.host,
+            "broker",
+            "broker",
+            self.config,
+            {**self.env, "LLAMARL_BROKER": f"{self.host.address}:{BROKER_PORT}"},
+            logs,
+        )
         return self
 
     def ledger(self) -> dict[str, int]:
@@ -105,10 +127,22 @@ def worker(
 ) -> subprocess.Popen[bytes]:
     """`llamarl worker ROLE` on `host`, its output in logs/WORKER_ID.log."""
     return host.start(
-        [sys.executable, "-m", "workers.cli", "worker", role, "--config", str(config),
-         "--worker-id", worker_id, "--log-format", "json"],
-        env=env, log=logs / f"{worker_id}.log",
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "workers.cli",
+            "worker",
+            role,
+            "--config",
+            str(config),
+            "--worker-id",
+            worker_id,
+            "--log-format",
+            "json",
+        ],
+        env=env,
+        log=logs / f"{worker_id}.log",
+    )
 
 
 def log_tail(logs: Path, worker_id: str, chars: int = 3000) -> str:

@@ -31,11 +31,14 @@ RECOVERY_S = 20.0
 
 def test_a_30_second_partition_is_survived_with_the_ledger_balanced(tmp_path: Path) -> None:
     sized = yaml.safe_load(CLUSTER.read_text())  # the waits a multi-host run is given
-    tree = {**SMALL_RUN, "trainer": {**SMALL_RUN["trainer"], "num_steps": STEPS,
-            "eval_every": STEPS}, "sync": {"transport": "gloo"},
-            "redis": {"connect_deadline_s": sized["redis"]["connect_deadline_s"]},
-            "broker": {"dead_after_s": sized["broker"]["dead_after_s"]},
-            "staleness": {"max_staleness": 1, "lease_s": sized["staleness"]["lease_s"]}}  # fmt: skip
+    tree = {
+        **SMALL_RUN,
+        "trainer": {**SMALL_RUN["trainer"], "num_steps": STEPS, "eval_every": STEPS},
+        "sync": {"transport": "gloo"},
+        "redis": {"connect_deadline_s": sized["redis"]["connect_deadline_s"]},
+        "broker": {"dead_after_s": sized["broker"]["dead_after_s"]},
+        "staleness": {"max_staleness": 1, "lease_s": sized["staleness"]["lease_s"]},
+    }
     config = write_config(tmp_path, "cut", tree)
     run_dir = tmp_path / "cut"
     logs = run_dir / "logs"
@@ -46,8 +49,11 @@ def test_a_30_second_partition_is_survived_with_the_ledger_balanced(tmp_path: Pa
         cluster.lossy("c", "b", LOSS)
         trainer_env = {**head.env, "LLAMARL__SYNC__HOST": b.address}
         procs = {"trainer": worker(b, "trainer", "trainer", config, trainer_env, logs)}
-        for worker_id, role in (("generator-0", "generator"), ("generator-1", "generator"),
-                                ("reward-0", "reward")):  # fmt: skip
+        for worker_id, role in (
+            ("generator-0", "generator"),
+            ("generator-1", "generator"),
+            ("reward-0", "reward"),
+        ):
             procs[worker_id] = worker(c, role, worker_id, config, head.env, logs)
         deadline = time.monotonic() + 300
         while len(metrics_records(run_dir)) < CUT_AFTER:
@@ -69,7 +75,11 @@ def test_a_30_second_partition_is_survived_with_the_ledger_balanced(tmp_path: Pa
     gaps = [later - earlier for earlier, later in itertools.pairwise(walls)]
     lost = max(gaps) - statistics.median(gaps)
     assert CUT_S / 2 <= lost <= CUT_S + RECOVERY_S, f"{lost:.1f} s lost to a {CUT_S:g} s cut"
-    silent = [json.loads(line)["silent_s"] for worker_id in procs if worker_id != "trainer"
-              for line in log_tail(logs, worker_id, 10**7).splitlines()
-              if '"bus answers again"' in line]  # fmt: skip
+    silent = [
+        json.loads(line)["silent_s"]
+        for worker_id in procs
+        if worker_id != "trainer"
+        for line in log_tail(logs, worker_id, 10**7).splitlines()
+        if '"bus answers again"' in line
+    ]
     assert silent and max(silent) >= CUT_S / 2, "no worker on host c reported the silence"

@@ -38,7 +38,7 @@ def test_two_plus_two_ranks_across_hosts_take_the_steps_of_four_on_one(
             host.start(
                 [*multi_node(b.address, host.address, 2, 2), *STEPS, sharding, str(across)],
                 log=tmp_path / f"{host.name}.log",
-            )  # fmt: skip
+            )
             for host in (b, d)
         ]
         for host, agent in zip((b, d), agents, strict=True):
@@ -58,14 +58,31 @@ def test_fsdp_ranks_on_two_hosts_sync_shards_and_resume_after_a_host_is_killed(
     ranks too; both hosts' torchruns are started again as before (as a scheduler restarts a
     failed job): every rank resumes from the newest sharded checkpoint, the run finishes and
     the ledger balances."""
-    tree = {**SMALL_RUN, "trainer": {**SMALL_RUN["trainer"], "num_steps": RUN_STEPS,
-            "checkpoint_every": 5, "eval_every": RUN_STEPS, "sharding": "fsdp", "ranks": 4},
-            "sync": {"transport": "gloo"}}  # fmt: skip
+    tree = {
+        **SMALL_RUN,
+        "trainer": {
+            **SMALL_RUN["trainer"],
+            "num_steps": RUN_STEPS,
+            "checkpoint_every": 5,
+            "eval_every": RUN_STEPS,
+            "sharding": "fsdp",
+            "ranks": 4,
+        },
+        "sync": {"transport": "gloo"},
+    }
     config = write_config(tmp_path, "ranks", tree)
     run_dir = tmp_path / "ranks"
     logs = run_dir / "logs"
-    trainer = ["-m", "workers.trainer", "--config", str(config), "--worker-id", "trainer",
-               "--log-format", "json"]  # fmt: skip
+    trainer = [
+        "-m",
+        "workers.trainer",
+        "--config",
+        str(config),
+        "--worker-id",
+        "trainer",
+        "--log-format",
+        "json",
+    ]
     with Cluster(["a", "b", "c", "d"]) as cluster:
         head = Head(cluster, "a", run_dir, config).start()
         b, c, d = cluster["b"], cluster["c"], cluster["d"]
@@ -76,8 +93,9 @@ def test_fsdp_ranks_on_two_hosts_sync_shards_and_resume_after_a_host_is_killed(
             return host.start([*command, *trainer], env=env, log=logs / f"trainer-{host.name}.log")
 
         agents = {"b": node(b), "d": node(d)}
-        others = [worker(c, "generator", f"generator-{i}", config, head.env, logs)
-                  for i in range(2)] + [worker(c, "reward", "reward-0", config, head.env, logs)]  # fmt: skip
+        others = [
+            worker(c, "generator", f"generator-{i}", config, head.env, logs) for i in range(2)
+        ] + [worker(c, "reward", "reward-0", config, head.env, logs)]
         deadline = time.monotonic() + 300
         while (
             not list((run_dir / "checkpoints").glob("step-*/shards"))
@@ -97,8 +115,12 @@ def test_fsdp_ranks_on_two_hosts_sync_shards_and_resume_after_a_host_is_killed(
     check_finished_run(result, run_dir, RUN_STEPS * 4, k=1)
     records = metrics_records(run_dir)
     assert [r["step"] for r in records] == list(range(1, RUN_STEPS + 1))
-    resumes = [line for line in logs.glob("trainer*.log") for line in line.read_text().splitlines()
-               if '"event": "resumed"' in line]  # fmt: skip
+    resumes = [
+        line
+        for line in logs.glob("trainer*.log")
+        for line in line.read_text().splitlines()
+        if '"event": "resumed"' in line
+    ]
     assert resumes and all(json.loads(line)["step"] >= 5 for line in resumes), resumes
     for generator in ("generator-0", "generator-1"):
         assert timers(run_dir, generator)["syncs"] >= 2, log_tail(logs, generator)

@@ -34,12 +34,21 @@ def start_node(host: Host, head: str | None, logs: Path) -> None:
     """`ray start --block` on `host`: the head when `head` is None, else joining it."""
     common = ["--node-ip-address", host.address, "--disable-usage-stats", "--block"]
     if head is None:
-        command = ["start", "--head", f"--port={RAY_PORT}", "--num-cpus=0",
-                   "--include-dashboard=false"]  # fmt: skip
+        command = [
+            "start",
+            "--head",
+            f"--port={RAY_PORT}",
+            "--num-cpus=0",
+            "--include-dashboard=false",
+        ]
     else:
         resource, cpus = NODES[host.name]
-        command = ["start", f"--address={head}:{RAY_PORT}", f"--num-cpus={cpus}",
-                   f"--resources={json.dumps({resource: cpus})}"]  # fmt: skip
+        command = [
+            "start",
+            f"--address={head}:{RAY_PORT}",
+            f"--num-cpus={cpus}",
+            f"--resources={json.dumps({resource: cpus})}",
+        ]
     env = {**os.environ, **AUTH}
     host.start([*RAY, *command, *common], env=env, log=logs / f"ray-{host.name}.log")
 
@@ -47,12 +56,21 @@ def start_node(host: Host, head: str | None, logs: Path) -> None:
 def test_a_ray_cluster_of_three_nodes_places_the_roles_and_survives_a_lost_node(
     tmp_path: Path,
 ) -> None:
-    tree = {**SMALL_RUN, "trainer": {**SMALL_RUN["trainer"], "num_steps": STEPS,
-            "eval_every": STEPS}, "sync": {"transport": "gloo"},
-            "workers": {**SMALL_RUN["workers"], "trainer_threads": 1, "generator_threads": 1,
-                        "ray_resources": {"trainer": {"trainer_node": 1},
-                                          "generator": {"generator_node": 1},
-                                          "reward": {"generator_node": 1}}}}  # fmt: skip
+    tree = {
+        **SMALL_RUN,
+        "trainer": {**SMALL_RUN["trainer"], "num_steps": STEPS, "eval_every": STEPS},
+        "sync": {"transport": "gloo"},
+        "workers": {
+            **SMALL_RUN["workers"],
+            "trainer_threads": 1,
+            "generator_threads": 1,
+            "ray_resources": {
+                "trainer": {"trainer_node": 1},
+                "generator": {"generator_node": 1},
+                "reward": {"generator_node": 1},
+            },
+        },
+    }
     config = write_config(tmp_path, "ray", tree)
     run_dir = tmp_path / "ray"
     logs = run_dir / "logs"
@@ -63,10 +81,20 @@ def test_a_ray_cluster_of_three_nodes_places_the_roles_and_survives_a_lost_node(
         for name in NODES:
             start_node(cluster[name], a.address, logs)
         launcher = a.start(
-            [sys.executable, "-m", "workers.cli", "run", str(config), "--launcher", "ray",
-             "--ray-address", f"{a.address}:{RAY_PORT}"],
-            env={**head.env, **AUTH, "LLAMARL__SYNC__HOST": "0.0.0.0"}, log=tmp_path / "launcher.log",
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "workers.cli",
+                "run",
+                str(config),
+                "--launcher",
+                "ray",
+                "--ray-address",
+                f"{a.address}:{RAY_PORT}",
+            ],
+            env={**head.env, **AUTH, "LLAMARL__SYNC__HOST": "0.0.0.0"},
+            log=tmp_path / "launcher.log",
+        )
         deadline = time.monotonic() + 300
         while len(metrics_records(run_dir)) < 10:
             assert launcher.poll() is None, (tmp_path / "launcher.log").read_text()[-3000:]

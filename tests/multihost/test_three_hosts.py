@@ -49,8 +49,9 @@ def test_roles_on_three_hosts_learn_and_balance(tmp_path: Path, tiny_warm_start:
         b, c = cluster["b"], cluster["c"]
         trainer_env = {**head.env, "LLAMARL__SYNC__HOST": b.address}
         trainer = worker(b, "trainer", "trainer", config, trainer_env, logs)
-        others = [worker(c, "generator", f"generator-{i}", config, head.env, logs)
-                  for i in range(2)] + [worker(c, "reward", "reward-0", config, head.env, logs)]  # fmt: skip
+        others = [
+            worker(c, "generator", f"generator-{i}", config, head.env, logs) for i in range(2)
+        ] + [worker(c, "reward", "reward-0", config, head.env, logs)]
         assert trainer.wait(600) == 0, log_tail(logs, "trainer")
         for proc in others:
             assert proc.wait(60) == 0, [log_tail(logs, w) for w in ("generator-0", "reward-0")]
@@ -72,8 +73,10 @@ def test_shared_memory_across_hosts_is_refused_in_one_line(
         generator = worker(cluster["c"], "generator", "generator-0", config, head.env, logs)
         assert generator.wait(120) == 2, log_tail(logs, "generator-0")
     last = log_tail(logs, "generator-0").strip().splitlines()[-1]
-    assert last.startswith("config error: sync.transport: shm: the trainer's versions are in "
-                           "the shared memory of host 'b' and this generator runs on 'c'"), last  # fmt: skip
+    assert last.startswith(
+        "config error: sync.transport: shm: the trainer's versions are in "
+        "the shared memory of host 'b' and this generator runs on 'c'"
+    ), last
 
 
 def test_a_host_without_the_keys_or_the_password_is_refused(tmp_path: Path) -> None:
@@ -92,10 +95,13 @@ def test_a_host_without_the_keys_or_the_password_is_refused(tmp_path: Path) -> N
         assert keyless.wait(60) == 2, log_tail(logs, "keyless")
         assert d.run(["umount", str(keys)]).returncode == 0
         url = head.redis_url.replace(f":{PASSWORD}@", "")
-        passwordless = worker(d, "generator", "passwordless", config,
-                              {**head.env, "LLAMARL_REDIS_URL": url}, logs)  # fmt: skip
+        passwordless = worker(
+            d, "generator", "passwordless", config, {**head.env, "LLAMARL_REDIS_URL": url}, logs
+        )
         assert passwordless.wait(60) == 3, log_tail(logs, "passwordless")
-    for worker_id, says in (("keyless", "config error: broker.curve_keys"),
-                            ("passwordless", "generator passwordless: ")):  # fmt: skip
+    for worker_id, says in (
+        ("keyless", "config error: broker.curve_keys"),
+        ("passwordless", "generator passwordless: "),
+    ):
         lines = log_tail(logs, worker_id).strip().splitlines()
         assert lines[-1].startswith(says) and "Traceback" not in "".join(lines), lines[-3:]

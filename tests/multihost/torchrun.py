@@ -14,14 +14,25 @@ def multi_node(
 ) -> list[str]:
     """The torchrun prefix of one host of `nodes`, each with `per_node` ranks."""
     return [
-        sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}",
-        f"--nproc-per-node={per_node}", "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={rendezvous_host}:{RENDEZVOUS_PORT}", "--rdzv-id=multihost",
-        f"--local-addr={local_address}", f"--max-restarts={restarts}",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={nodes}",
+        f"--nproc-per-node={per_node}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={rendezvous_host}:{RENDEZVOUS_PORT}",
+        "--rdzv-id=multihost",
+        f"--local-addr={local_address}",
+        f"--max-restarts={restarts}",
+    ]
 
 
 def one_node(per_node: int) -> list[str]:
     """The torchrun prefix of `per_node` ranks on one host (its own rendezvous)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc-per-node={per_node}"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={per_node}",
+    ]
