@@ -84,9 +84,7 @@ class Broker:
         self._auth = curve.authenticator(self._ctx) if curve is not None else None
 
         def bound(kind: int, max_bytes: int) -> zmq.Socket:
-            return make_socket(
-                self._ctx, kind, hwm, curve, server=True, max_message_bytes=max_bytes
-            )
+            return make_socket(self._ctx, kind, hwm, curve, server=True, max_message_bytes=max_bytes)
 
         self.pub_in = bound(zmq.XSUB, max_message_bytes)
         self.sub_out = bound(zmq.XPUB, COMMAND_BYTES)

@@ -56,9 +56,7 @@ def start_broker(
     with open(log_path, "ab") as log_file:
         process = supervise.start(args, env=env, stdout=log_file, stderr=subprocess.STDOUT)
     try:
-        endpoints = _wait_until_serving(
-            process, log_path, offset, port, port_file, host, curve, timeout_s
-        )
+        endpoints = _wait_until_serving(process, log_path, offset, port, port_file, host, curve, timeout_s)
     except BaseException:
         supervise.stop(process)
         raise

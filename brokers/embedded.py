@@ -68,9 +68,7 @@ class EmbeddedServices:
     def dead(self) -> list[str]:
         """The services ("redis", "broker") whose process has exited."""
         procs = {"redis": self.redis.process if self.redis else None, "broker": self.broker}
-        return [
-            name for name, proc in procs.items() if proc is not None and proc.poll() is not None
-        ]
+        return [name for name, proc in procs.items() if proc is not None and proc.poll() is not None]
 
     def restart(self, name: str) -> None:
         """Start a dead service again where it was: Redis on its port from its append-only

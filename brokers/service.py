@@ -83,11 +83,7 @@ def bind_broker(config: RunConfig, store: RedisStore | None, port_file: Path | N
 
 
 def run_broker(config: RunConfig, port_file: Path | None = None) -> int:
-    store = (
-        RedisStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
-        if config.redis.url
-        else None
-    )
+    store = RedisStore(config.redis.url, config.run_id, config.redis.connect_deadline_s) if config.redis.url else None
     broker = bind_broker(config, store, port_file)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

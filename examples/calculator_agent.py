@@ -50,9 +50,7 @@ def calculate(expression: str) -> str:
 async def agent(row: dict[str, Any], client: Any) -> float | None:
     messages: list[dict[str, Any]] = [{"role": "user", "content": row["prompt"]}]
     for _ in range(MAX_TURNS):
-        reply = await client.chat.completions.create(
-            model="policy", messages=messages, tools=[CALCULATOR]
-        )
+        reply = await client.chat.completions.create(model="policy", messages=messages, tools=[CALCULATOR])
         message = reply.choices[0].message
         messages.append(message.model_dump(exclude_none=True))
         if not message.tool_calls:

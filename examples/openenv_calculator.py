@@ -36,16 +36,12 @@ class CalculatorEnvironment(Environment):
         self.answer = ""
         self._state = State(step_count=0)
 
-    def reset(
-        self, seed: int | None = None, episode_id: str | None = None, **row: Any
-    ) -> CalculatorObservation:
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **row: Any) -> CalculatorObservation:
         self.answer = str(row["answer"])
         self._state = State(episode_id=episode_id, step_count=0)
         return CalculatorObservation(text=str(row["prompt"]))
 
-    def step(
-        self, action: CalculatorAction, timeout_s: float | None = None, **_: Any
-    ) -> CalculatorObservation:
+    def step(self, action: CalculatorAction, timeout_s: float | None = None, **_: Any) -> CalculatorObservation:
         self._state.step_count += 1
         call = CALL.search(action.text)
         if call is None:

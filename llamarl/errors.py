@@ -38,9 +38,7 @@ class ServiceStartError(LlamarlError):
     `config_error` marks a cause the user's settings must change (exit 2), `port_taken` a port
     another process holds, which a launcher that chose the port may retry with another."""
 
-    def __init__(
-        self, service: str, line: str, log_path: str, *, config_error: bool, port_taken: bool
-    ) -> None:
+    def __init__(self, service: str, line: str, log_path: str, *, config_error: bool, port_taken: bool) -> None:
         super().__init__(f"{service} did not start: {line} (log: {log_path})")
         self.config_error = config_error
         self.port_taken = port_taken

@@ -45,11 +45,7 @@ def sample(config_path: Path, redis_dir: Path) -> dict[str, float]:
         try:
             line = _cmdline(entry.name)
             if str(config_path) in line:
-                name = (
-                    line.split("--worker-id ")[1].split()[0]
-                    if "--worker-id" in line
-                    else "launcher"
-                )
+                name = line.split("--worker-id ")[1].split()[0] if "--worker-id" in line else "launcher"
                 out[name] = _rss_mb(entry.name)
             elif os.readlink(entry / "cwd") == str(redis_dir):
                 out["redis-server"] = _rss_mb(entry.name)
@@ -89,8 +85,9 @@ def main() -> int:
     config_path.write_text(yaml.safe_dump(tree))
     launcher = subprocess.Popen(
         [sys.executable, "-m", "workers.cli", "run", str(config_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     series: dict[str, list[tuple[float, float]]] = {}
     started = time.monotonic()
     try:

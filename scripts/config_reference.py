@@ -45,8 +45,10 @@ def union_rows(variants: list[type[BaseModel]], prefix: str, default: str) -> li
     """One row for the discriminator (`transport`), then each field once, naming the variants
     that have it."""
     names = [v.model_fields["transport"].default for v in variants]
-    out = [f"| `{prefix}transport` | `one of {', '.join(repr(n) for n in names)}` | `{default!r}` | "
-           "Weight transport; each has only its own fields (below). |"]  # fmt: skip
+    out = [
+        f"| `{prefix}transport` | `one of {', '.join(repr(n) for n in names)}` | `{default!r}` | "
+        "Weight transport; each has only its own fields (below). |"
+    ]
     seen: list[str] = []
     for variant in variants:
         for name in variant.model_fields:

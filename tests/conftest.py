@@ -119,7 +119,9 @@ def tiny_warm_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if not (out / "config.json").exists():
             done = subprocess.run(
                 [sys.executable, "-m", "workers.cli", "sft", TINY, "--out", str(out)],
-                capture_output=True, text=True, timeout=1200,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                timeout=1200,
+            )
             assert done.returncode == 0, done.stderr[-3000:]
     return out

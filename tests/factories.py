@@ -24,13 +24,9 @@ def rollout_group(ticket_id: int = 3, num_samples: int = 2, length: int = 4) -> 
         prompt="12+34=",
         answer="46",
         prompt_tokens=TypedArray.from_numpy(np.array([1, 2, 3], dtype=np.int32)),
-        completion_tokens=TypedArray.from_numpy(
-            rng.integers(0, 15, (num_samples, length)).astype(np.int32)
-        ),
+        completion_tokens=TypedArray.from_numpy(rng.integers(0, 15, (num_samples, length)).astype(np.int32)),
         completion_lengths=TypedArray.from_numpy(np.full(num_samples, length, dtype=np.int32)),
-        behaviour_logprobs=TypedArray.from_numpy(
-            -rng.random((num_samples, length)).astype(np.float32)
-        ),
+        behaviour_logprobs=TypedArray.from_numpy(-rng.random((num_samples, length)).astype(np.float32)),
         token_versions=TypedArray.from_numpy(np.zeros((num_samples, length), dtype=np.int32)),
         completions=TypedArray.from_numpy(np.frombuffer(b"46\x0047", dtype=np.uint8)),
     )

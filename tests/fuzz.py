@@ -22,10 +22,7 @@ ALL_TOPICS = FANOUT_TOPICS | WORK_TOPICS
 
 
 def _envelopes(run_id: str) -> list[bytes]:
-    return [
-        encode(make_envelope(payload, run_id=run_id, sender="fuzz", policy_version=1))
-        for payload in every_kind()
-    ]
+    return [encode(make_envelope(payload, run_id=run_id, sender="fuzz", policy_version=1)) for payload in every_kind()]
 
 
 def _refused(topic: bytes, payload: bytes, run_id: str, max_bytes: int) -> bool:
@@ -57,9 +54,8 @@ def bad_messages(
     foreign = _envelopes("another-run")
     name = topic.encode()
     wrong_kind = [
-        v for v, payload in zip(valid, every_kind(), strict=True)
-        if type(payload).KIND not in ALL_TOPICS[topic]
-    ]  # fmt: skip
+        v for v, payload in zip(valid, every_kind(), strict=True) if type(payload).KIND not in ALL_TOPICS[topic]
+    ]
     made = 0
     while made < count:
         base = rng.choice(valid)

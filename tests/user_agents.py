@@ -41,9 +41,7 @@ async def three_turns(row: dict[str, Any], client: Any) -> float:
     """Three turns, each answered with `+1 `; the reward is the prompt's index parity."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": row["prompt"]}]
     for _ in range(3):
-        reply = await client.chat.completions.create(
-            model="policy", messages=messages, max_tokens=6, logprobs=True
-        )
+        reply = await client.chat.completions.create(model="policy", messages=messages, max_tokens=6, logprobs=True)
         _keep(client, reply)
         messages.append(reply.choices[0].message.model_dump(exclude_none=True))
         messages.append({"role": "user", "content": "+1 "})
@@ -101,9 +99,7 @@ async def misbehaves(row: dict[str, Any], client: Any) -> float | None:
         while True:
             await one_request(client, row)
     if kind == 4:
-        await asyncio.gather(
-            _refused(client, one_request(client, row)), _refused(client, one_request(client, row))
-        )
+        await asyncio.gather(_refused(client, one_request(client, row)), _refused(client, one_request(client, row)))
     return 1.0
 
 

@@ -31,9 +31,7 @@ def counted_advantages(rewards: torch.Tensor) -> torch.Tensor:
     return group_mean_batch_std(rewards)
 
 
-def one_per_sequence(
-    *, logp: torch.Tensor, advantages: torch.Tensor, **_: Any
-) -> tuple[torch.Tensor, torch.Tensor]:
+def one_per_sequence(*, logp: torch.Tensor, advantages: torch.Tensor, **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """A mistake: one loss a sequence, (B, 1), where one a token belongs."""
     per_sequence = -(advantages * logp).sum(-1, keepdim=True)
     return per_sequence, torch.zeros_like(per_sequence, dtype=torch.bool)

@@ -28,8 +28,7 @@ log = structlog.get_logger(__name__)
 
 def train(runtime: RoleRuntime) -> RoleResult:
     config = runtime.config
-    ranks = TrainerRanks.from_env(config.trainer.device, config.trainer.ranks_timeout_s,
-                                  config.run_id)  # fmt: skip
+    ranks = TrainerRanks.from_env(config.trainer.device, config.trainer.ranks_timeout_s, config.run_id)
     try:
         return run_role(build.trainer(runtime, ranks=ranks))
     finally:
@@ -49,10 +48,10 @@ def run_rank(argv: list[str] | None) -> int:
         print(f"config error: {err}", file=sys.stderr)
         return 2
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda num, _: log.info("signal; waiting for rank 0 to stop",
-                                                      signal=signal.Signals(num).name))  # fmt: skip
-    ranks = TrainerRanks.from_env(config.trainer.device, config.trainer.ranks_timeout_s,
-                                  config.run_id)  # fmt: skip
+        signal.signal(
+            signum, lambda num, _: log.info("signal; waiting for rank 0 to stop", signal=signal.Signals(num).name)
+        )
+    ranks = TrainerRanks.from_env(config.trainer.device, config.trainer.ranks_timeout_s, config.run_id)
     assert ranks is not None, "RANK > 0 under a world of one"
     assert config.redis.url is not None, "the launcher gives every trainer rank redis.url"
     store = RedisStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)

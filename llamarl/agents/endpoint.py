@@ -131,9 +131,7 @@ class Endpoint:
             waiting = Waiting(episode, parsed)
             self.inbox.put(waiting)
             try:
-                status, answer = await asyncio.wait_for(
-                    asyncio.wrap_future(waiting.answer), self.answer_timeout_s
-                )
+                status, answer = await asyncio.wait_for(asyncio.wrap_future(waiting.answer), self.answer_timeout_s)
             except asyncio.TimeoutError:
                 return self.refuse(504, "unanswered", "the episode ended before an answer")
             return JSONResponse(answer, status_code=status)
@@ -145,9 +143,7 @@ class Endpoint:
 
         @app.exception_handler(HTTPException)
         async def unknown_route(request: Request, err: HTTPException) -> JSONResponse:
-            return self.refuse(
-                err.status_code, "unknown_route", f"{request.url.path}: {err.detail}"
-            )
+            return self.refuse(err.status_code, "unknown_route", f"{request.url.path}: {err.detail}")
 
         @app.get("/v1/models")
         async def models(request: Request) -> JSONResponse:

@@ -61,9 +61,7 @@ def _tls() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-async def _play(
-    agent: Agent, row: dict[str, Any], base_url: str, key: str, timeout_s: float
-) -> Any:
+async def _play(agent: Agent, row: dict[str, Any], base_url: str, key: str, timeout_s: float) -> Any:
     import openai
 
     client = openai.AsyncOpenAI(

@@ -32,9 +32,7 @@ def sampled_choice(
     text = str(policy.tokenizer.decode(spoken, skip_special_tokens=True))
     cuts = [at for at in (text.find(s) for s in stops) if at >= 0]
     if not cuts:
-        return Choice(ids, logprobs, version, text, ended_with_eos), (
-            "stop" if ended_with_eos else "length"
-        )
+        return Choice(ids, logprobs, version, text, ended_with_eos), ("stop" if ended_with_eos else "length")
     cut = min(cuts)
     size = _kept(policy, spoken, text[:cut])
     return Choice(ids[:size], logprobs[:size], version, text[:cut], False), "stop"

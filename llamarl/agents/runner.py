@@ -4,7 +4,8 @@ batches by the engine, on the caller's thread (which owns the model).
 
 A batch is sampled when every running episode has a request waiting, or when requests are
 waiting and nothing more has arrived for `generation.openai.batch_wait_ms` (an agent busy with a
-tool need not hold the others up, and requests still streaming in join the batch). `before_turn` runs before each batch (the generator takes up a newly announced
+tool need not hold the others up, and requests still streaming in join the batch).
+`before_turn` runs before each batch (the generator takes up a newly announced
 version there), so an episode's later turns may be newer than its first; every token keeps the
 version that sampled it.
 
@@ -167,9 +168,7 @@ class AgentRunner:
                 episode.prompt = self.policy.encode_example(episode.example)
         shared = 0
         first = group[0].prompt
-        while shared < len(first) and all(
-            len(e.prompt) > shared and e.prompt[shared] == first[shared] for e in group
-        ):
+        while shared < len(first) and all(len(e.prompt) > shared and e.prompt[shared] == first[shared] for e in group):
             shared += 1
         if shared == 0:
             for episode in group:
@@ -187,9 +186,7 @@ class AgentRunner:
     def _ended(self, episode: AgentEpisode, reward: float | None, error: str | None) -> None:
         self.inbox.put(Ended(episode, reward, error))
 
-    def _gather(
-        self, running: dict[str, AgentEpisode], waiting: list[Waiting], sampling: Sampling
-    ) -> None:
+    def _gather(self, running: dict[str, AgentEpisode], waiting: list[Waiting], sampling: Sampling) -> None:
         """Take what arrives until a batch is ready (see the module's doc) or an episode's time
         may be up."""
         heard = time.monotonic()
@@ -224,17 +221,13 @@ class AgentRunner:
             waiting.remove(item)
             self._refuse(item, 410, "episode_over", f"the episode has ended ({reason})")
 
-    def _finish(
-        self, ended: Ended, running: dict[str, AgentEpisode], waiting: list[Waiting]
-    ) -> None:
+    def _finish(self, ended: Ended, running: dict[str, AgentEpisode], waiting: list[Waiting]) -> None:
         episode = ended.episode
         if episode.episode_id not in running:  # ended already, by a limit
             return
         if ended.error is None:
             episode.reward = ended.reward
-        self._end(
-            episode, "done" if ended.error is None else "agent_error", running, waiting, ended.error
-        )
+        self._end(episode, "done" if ended.error is None else "agent_error", running, waiting, ended.error)
 
     def _refuse(self, item: Waiting, status: int, reason: str, message: str) -> None:
         self.on_reject(reason, message)
@@ -267,9 +260,7 @@ class AgentRunner:
             episode.restore(saved)
             detail = f"{type(err).__name__}: {err}"[:200]
             return self._refuse(item, 400, "bad_messages", f"cannot render the messages: {detail}")
-        budget = min(
-            self.config.max_tokens - episode.length(), self.limits.positions - len(item.context)
-        )
+        budget = min(self.config.max_tokens - episode.length(), self.limits.positions - len(item.context))
         if budget <= 0:
             episode.restore(saved)
             self._refuse(item, 400, "max_tokens", "the episode's token budget is spent")
@@ -277,9 +268,7 @@ class AgentRunner:
         episode.requests += 1
         if not sampling.greedy and self.limits.overrides(body, sampling):
             self.count("agent_sampling_overridden", 1)
-        item.budget = min(
-            body.limit() or sampling.max_turn_tokens, sampling.max_turn_tokens, budget
-        )
+        item.budget = min(body.limit() or sampling.max_turn_tokens, sampling.max_turn_tokens, budget)
         waiting.append(item)
 
     def _expire(self, running: dict[str, AgentEpisode], waiting: list[Waiting]) -> None:
@@ -313,9 +302,7 @@ class AgentRunner:
             for g, items in enumerate(groups):
                 for j, item in enumerate(items):
                     first = (g * copies + j) * n
-                    self._respond(
-                        item, [self._row(batch, row, item) for row in range(first, first + n)]
-                    )
+                    self._respond(item, [self._row(batch, row, item) for row in range(first, first + n)])
 
     def _row(self, batch: SampleBatch, row: int, item: Waiting) -> tuple[Choice, str]:
         length = min(int(batch.completion_mask[row].sum()), item.budget)

@@ -23,8 +23,7 @@ class ServerThread:
             self.socket = socket.create_server((host, port), family=address_family(host))
         except OSError as err:
             raise ConfigError(
-                f"generation.openai: cannot listen on {host}:{port} ({err.strerror}); pick a "
-                "free port, or 0 for any"
+                f"generation.openai: cannot listen on {host}:{port} ({err.strerror}); pick a free port, or 0 for any"
             ) from None
         self.port = int(self.socket.getsockname()[1])
         loopback = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)

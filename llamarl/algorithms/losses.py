@@ -136,9 +136,7 @@ def loss_function(name: str) -> PolicyLoss:
     return LOSSES.get(name) or load_function(name, "algorithm.loss", LOSS_HINT)
 
 
-def ratio_at(
-    level: str, logp: Tensor, behaviour_logp: Tensor, mask: Tensor, token: Tensor
-) -> Tensor:
+def ratio_at(level: str, logp: Tensor, behaviour_logp: Tensor, mask: Tensor, token: Tensor) -> Tensor:
     """The ratio at `level`: `token` (the token ratios, (B, L)), or each sequence's (B, 1)."""
     return token if level == "token" else sequence_ratio(logp, behaviour_logp, mask)
 

@@ -16,18 +16,14 @@ import numpy as np
 from llamarl.config import SamplingConfig
 
 
-def length_penalty(
-    lengths: np.ndarray, max_new_tokens: int, band: float, penalty: float
-) -> np.ndarray:
+def length_penalty(lengths: np.ndarray, max_new_tokens: int, band: float, penalty: float) -> np.ndarray:
     """(n,) float32: 0 below the band, -penalty x (how far into the band) within it."""
     width = band * max_new_tokens
     into = (lengths.astype(np.float64) - (max_new_tokens - width)) / width
     return (-penalty * np.clip(into, 0.0, 1.0)).astype(np.float32)
 
 
-def truncated(
-    tokens: np.ndarray, lengths: np.ndarray, max_new_tokens: int, eos_id: int
-) -> np.ndarray:
+def truncated(tokens: np.ndarray, lengths: np.ndarray, max_new_tokens: int, eos_id: int) -> np.ndarray:
     """(n,) bool: completions of (n, L) `tokens` that reached `max_new_tokens` without ending in
     EOS."""
     last = tokens[np.arange(tokens.shape[0]), np.maximum(lengths - 1, 0)]
@@ -57,12 +53,9 @@ class OverlongShaping:
         return ~truncated(tokens, lengths, self.max_new_tokens, self.eos_id)
 
 
-def overlong_shaping(
-    sampling: SamplingConfig, max_new_tokens: int, eos_id: int
-) -> OverlongShaping | None:
+def overlong_shaping(sampling: SamplingConfig, max_new_tokens: int, eos_id: int) -> OverlongShaping | None:
     """The shaping `sampling` asks for, for completions of at most `max_new_tokens` tokens of a
     tokenizer whose EOS is `eos_id`; None when it is off."""
     if sampling.overlong == "off":
         return None
-    return OverlongShaping(sampling.overlong, max_new_tokens, eos_id, sampling.overlong_band,
-                           sampling.overlong_penalty)  # fmt: skip
+    return OverlongShaping(sampling.overlong, max_new_tokens, eos_id, sampling.overlong_band, sampling.overlong_penalty)

@@ -16,9 +16,7 @@ def token_ratio(logp: torch.Tensor, behaviour_logp: torch.Tensor) -> torch.Tenso
     return torch.exp(logp - behaviour_logp)
 
 
-def sequence_ratio(
-    logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor
-) -> torch.Tensor:
+def sequence_ratio(logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(B, 1): exp of each sequence's mean log pi/mu over its real tokens (differentiable)."""
     real = mask.bool()
     log_ratio = torch.where(real, logp - behaviour_logp, torch.zeros_like(logp))
@@ -26,9 +24,7 @@ def sequence_ratio(
     return torch.exp(log_ratio.sum(-1, keepdim=True) / length)
 
 
-def outside_band(
-    ratio: torch.Tensor, low: float | None, high: float | None, like: torch.Tensor
-) -> torch.Tensor:
+def outside_band(ratio: torch.Tensor, low: float | None, high: float | None, like: torch.Tensor) -> torch.Tensor:
     """Bool, shaped as `like`: where the (detached) `ratio` is below `low` or above `high`."""
     ratio = ratio.detach()
     dropped = torch.zeros_like(ratio, dtype=torch.bool)

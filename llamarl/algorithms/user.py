@@ -87,13 +87,9 @@ def check_loss(algorithm: AlgorithmConfig) -> None:
         returned = function(**loss_inputs(algorithm, logp, behaviour, advantages, mask))
         problem = loss_problem(returned, logp, mask)
     except Exception as err:  # user code failing on a batch: worth a line before anything starts
-        raise ConfigError(
-            f"algorithm.loss {spec}: raised {_said(err)} on {LOSS_BATCH}; {LOSS_RETURN}"
-        ) from None
+        raise ConfigError(f"algorithm.loss {spec}: raised {_said(err)} on {LOSS_BATCH}; {LOSS_RETURN}") from None
     if problem is not None:
-        raise ConfigError(
-            f"algorithm.loss {spec}: on {LOSS_BATCH} it returned {problem}; {LOSS_RETURN}"
-        )
+        raise ConfigError(f"algorithm.loss {spec}: on {LOSS_BATCH} it returned {problem}; {LOSS_RETURN}")
 
 
 def loss_problem(returned: Any, logp: Tensor, mask: Tensor) -> str | None:
@@ -130,14 +126,10 @@ def check_advantage(spec: str) -> None:
         problem = advantages_problem(function(rewards.clone()), rewards)
     except Exception as err:  # user code failing on rewards: worth a line before anything starts
         raise ConfigError(
-            f"algorithm.advantage {spec}: raised {_said(err)} on {REWARDS_SHOWN}; "
-            f"{ADVANTAGE_RETURN}"
+            f"algorithm.advantage {spec}: raised {_said(err)} on {REWARDS_SHOWN}; {ADVANTAGE_RETURN}"
         ) from None
     if problem is not None:
-        raise ConfigError(
-            f"algorithm.advantage {spec}: for {REWARDS_SHOWN} it returned {problem}; "
-            f"{ADVANTAGE_RETURN}"
-        )
+        raise ConfigError(f"algorithm.advantage {spec}: for {REWARDS_SHOWN} it returned {problem}; {ADVANTAGE_RETURN}")
 
 
 def advantages_problem(returned: Any, rewards: Tensor) -> str | None:

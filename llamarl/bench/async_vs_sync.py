@@ -78,24 +78,20 @@ def warm_start(tree: dict[str, Any], work_dir: Path) -> dict[str, Any]:
     }
 
 
-def run_variant(
-    tree: dict[str, Any], mode: str, name: str, work_dir: Path
-) -> subprocess.Popen[str]:
+def run_variant(tree: dict[str, Any], mode: str, name: str, work_dir: Path) -> subprocess.Popen[str]:
     """Start `llamarl run` of the config `tree` as run `name` under `work_dir`."""
     variant = work_dir / f"{name}.yaml"
     variant.write_text(yaml.safe_dump(tree | {"run_dir": str(work_dir / name), "run_id": name}))
-    return subprocess.Popen(_command("run", str(variant), "--mode", mode),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        _command("run", str(variant), "--mode", mode), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def collect(run_dir: Path, stdout: str) -> RunResult:
     """A finished run's summary (its last stdout line), metrics and timers."""
     summary: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
-    timers = {
-        path.stem: json.loads(path.read_text())
-        for path in sorted((run_dir / "timers").glob("*.json"))
-    }
+    timers = {path.stem: json.loads(path.read_text()) for path in sorted((run_dir / "timers").glob("*.json"))}
     return RunResult(summary, records, timers)
 
 
@@ -164,8 +160,7 @@ def role_times(result: RunResult, mode: str, steps: int) -> dict[str, Any]:
     for timer in result.timers.values():
         busy = timer["busy_s"] - timer.get("eval_s", 0.0)
         total = timer["busy_s"] + timer["idle_s"]
-        role = roles.setdefault(timer["role"], {"busy_s": 0.0, "idle": 0.0, "count": 0,
-                                                "bus_s": 0.0})  # fmt: skip
+        role = roles.setdefault(timer["role"], {"busy_s": 0.0, "idle": 0.0, "count": 0, "bus_s": 0.0})
         role["busy_s"] += busy
         role["bus_s"] += timer.get("bus_s", 0.0)
         role["idle"] += 1 - timer["busy_s"] / total if total else 1.0
@@ -212,8 +207,7 @@ def solo_times(tree: dict[str, Any], name: str, work_dir: Path) -> dict[str, flo
     role, measured alone (synchronous runs of the same work, SOLO_STEPS steps)."""
     split = plan_threads(parse_config(tree))
     steps = min(SOLO_STEPS, tree["trainer"]["num_steps"])
-    short = tree | {"trainer": tree["trainer"] | {"num_steps": steps,
-                                                   "eval_every": steps}}  # fmt: skip
+    short = tree | {"trainer": tree["trainer"] | {"num_steps": steps, "eval_every": steps}}
     measured: dict[int, dict[str, float]] = {}
     times: dict[str, float] = {}
     for phase, threads in (("generate", split.generator_threads), ("train", split.trainer_threads)):
@@ -238,17 +232,13 @@ def bench(config_path: Path, seeds: list[int], target: float, work_dir: Path) ->
             print(f"pair {index} {mode}: {json.dumps(pair[mode])}", file=sys.stderr, flush=True)
         pair["solo"] = solo_times(tree, f"pair-{index}", work_dir)
         roles = pair["async"]["roles"].values()
-        pair["async"]["bus_fraction"] = round(
-            max(r["bus_s_per_step"] for r in roles) / pair["async"]["s_per_step"], 5
-        )
+        pair["async"]["bus_fraction"] = round(max(r["bus_s_per_step"] for r in roles) / pair["async"]["s_per_step"], 5)
         sync, asynchronous = pair["sync"], pair["async"]
         pair["speedup"] = round(sync["run_s_per_step"] / asynchronous["run_s_per_step"], 3)
         pair["rl_speedup"] = round(sync["s_per_step"] / asynchronous["s_per_step"], 3)
         pair["rl_bound"] = round(sync["s_per_step"] / max(pair["solo"].values()), 3)
         pair["rl_efficiency"] = round(pair["rl_speedup"] / pair["rl_bound"], 3)
-        pair["equal_work"] = all(
-            sync[key] == asynchronous[key] for key in ("trained_tokens", "generated_tokens")
-        )
+        pair["equal_work"] = all(sync[key] == asynchronous[key] for key in ("trained_tokens", "generated_tokens"))
         runs.append(pair)
     speedups = [p["speedup"] for p in runs]
     rl_speedups = [p["rl_speedup"] for p in runs]
@@ -275,7 +265,5 @@ def bench(config_path: Path, seeds: list[int], target: float, work_dir: Path) ->
         "async_final_accuracy": median([p["async"]["final_accuracy"] for p in runs]),
         "sync_s_to_target": sync_target,
         "async_s_to_target": async_target,
-        "target_speedup": (
-            round(sync_target / async_target, 3) if sync_target and async_target else None
-        ),
+        "target_speedup": (round(sync_target / async_target, 3) if sync_target and async_target else None),
     }

@@ -28,21 +28,25 @@ from llamarl.engine.sampling import sample
 from llamarl.launch.cores import encoded_prompts
 
 
-def static_arm(policy: Policy, prompts: list[list[int]], per_batch: int,
-               sampler: Sampler) -> list[int]:  # fmt: skip
+def static_arm(policy: Policy, prompts: list[list[int]], per_batch: int, sampler: Sampler) -> list[int]:
     """Completion lengths, one batch of `per_batch` prompts after another."""
     lengths: list[int] = []
     for start in range(0, len(prompts), per_batch):
-        batch = sample(policy, prompts[start : start + per_batch],
-                       num_samples=sampler.num_samples, max_new_tokens=sampler.max_new_tokens,
-                       min_new_tokens=sampler.min_new_tokens, temperature=sampler.temperature,
-                       top_p=sampler.top_p, generator=sampler.generator)  # fmt: skip
+        batch = sample(
+            policy,
+            prompts[start : start + per_batch],
+            num_samples=sampler.num_samples,
+            max_new_tokens=sampler.max_new_tokens,
+            min_new_tokens=sampler.min_new_tokens,
+            temperature=sampler.temperature,
+            top_p=sampler.top_p,
+            generator=sampler.generator,
+        )
         lengths += batch.completion_mask.sum(1).tolist()
     return lengths
 
 
-def continuous_arm(policy: Policy, prompts: list[list[int]], per_batch: int,
-                   sampler: Sampler) -> list[int]:  # fmt: skip
+def continuous_arm(policy: Policy, prompts: list[list[int]], per_batch: int, sampler: Sampler) -> list[int]:
     """Completion lengths, up to `per_batch` groups' rows running at a time."""
     running = RunningBatch(policy, sampler)
     lengths: list[int] = []
@@ -68,18 +72,27 @@ def bench(config_path: Path, pairs: int, threads: int, batches: int) -> dict[str
     runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
     for pair in range(pairs):
         for arm, run in ARMS.items():
-            sampler = Sampler(gen.num_samples, gen.max_new_tokens, gen.min_new_tokens,
-                              gen.temperature, gen.top_p,
-                              torch.Generator().manual_seed(config.seed + pair))  # fmt: skip
+            sampler = Sampler(
+                gen.num_samples,
+                gen.max_new_tokens,
+                gen.min_new_tokens,
+                gen.temperature,
+                gen.top_p,
+                torch.Generator().manual_seed(config.seed + pair),
+            )
             started = time.perf_counter()
             lengths = run(policy, prompts, gen.prompts_per_batch, sampler)
             seconds = time.perf_counter() - started
-            runs[arm].append({"seconds": round(seconds, 3), "tokens": sum(lengths),
-                              "tokens_per_s": round(sum(lengths) / seconds, 1),
-                              "median_length": statistics.median(lengths),
-                              "longest": max(lengths)})  # fmt: skip
-    ratios = [c["tokens_per_s"] / s["tokens_per_s"]
-              for s, c in zip(runs["static"], runs["continuous"], strict=True)]  # fmt: skip
+            runs[arm].append(
+                {
+                    "seconds": round(seconds, 3),
+                    "tokens": sum(lengths),
+                    "tokens_per_s": round(sum(lengths) / seconds, 1),
+                    "median_length": statistics.median(lengths),
+                    "longest": max(lengths),
+                }
+            )
+    ratios = [c["tokens_per_s"] / s["tokens_per_s"] for s, c in zip(runs["static"], runs["continuous"], strict=True)]
     return {
         "bench": "batching",
         "config": str(config_path),
@@ -89,8 +102,6 @@ def bench(config_path: Path, pairs: int, threads: int, batches: int) -> dict[str
         "num_samples": gen.num_samples,
         "max_new_tokens": gen.max_new_tokens,
         "runs": runs,
-        "tokens_per_s": {
-            arm: spread([r["tokens_per_s"] for r in rows], 1) for arm, rows in runs.items()
-        },  # fmt: skip
+        "tokens_per_s": {arm: spread([r["tokens_per_s"] for r in rows], 1) for arm, rows in runs.items()},
         "continuous_over_static": spread(ratios),
     }

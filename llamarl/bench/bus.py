@@ -42,13 +42,19 @@ def small_group(index: int) -> RolloutGroup:
         return TypedArray.from_numpy(np.asarray(values, dtype=dtype))
 
     return RolloutGroup(
-        rollout_id=f"{index}.0", ticket_id=index, attempt=0, prompt_index=index,
-        prompt="1+2=", answer="3", prompt_tokens=array([3, 12, 4, 14], np.int32),
-        completion_tokens=array([[5, 1]], np.int32), completion_lengths=array([2], np.int32),
+        rollout_id=f"{index}.0",
+        ticket_id=index,
+        attempt=0,
+        prompt_index=index,
+        prompt="1+2=",
+        answer="3",
+        prompt_tokens=array([3, 12, 4, 14], np.int32),
+        completion_tokens=array([[5, 1]], np.int32),
+        completion_lengths=array([2], np.int32),
         behaviour_logprobs=array([[-0.1, -0.2]], np.float32),
         token_versions=array([[0, 0]], np.int32),
         completions=array(list(b"3"), np.uint8),
-    )  # fmt: skip
+    )
 
 
 def message_bytes() -> int:
@@ -138,18 +144,14 @@ def _is_warmup(message: Any) -> bool:
     return getattr(payload, "ticket_id", 0) == -1 or getattr(payload, "command", "") == "warmup"
 
 
-def broker_round(
-    endpoints: BrokerEndpoints, pattern: str, count: int, credit: int
-) -> tuple[float, int]:
+def broker_round(endpoints: BrokerEndpoints, pattern: str, count: int, credit: int) -> tuple[float, int]:
     """(messages per second, messages lost). Work loses none (backpressure); fan-out drops what
     finds a subscriber's queue at its high-water mark, so its round ends when none has come for
     IDLE_END_S."""
     ctx = mp.get_context("spawn")
     start = ctx.Event()
     bus = BusClient(endpoints, run_id=RUN_ID, sender="consumer")
-    receiver: Any = (
-        bus.consume(ROLLOUTS, credit=credit) if pattern == "work" else bus.subscribe([CONTROL])
-    )
+    receiver: Any = bus.consume(ROLLOUTS, credit=credit) if pattern == "work" else bus.subscribe([CONTROL])
     producer = ctx.Process(target=_bus_producer, args=(endpoints, pattern, count, start))
     producer.start()
     if receiver.recv(int(TIMEOUT_S * 1000)) is None:
@@ -172,12 +174,18 @@ def broker_round(
 
 
 def start_broker(endpoints: BrokerEndpoints) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "LLAMARL_BROKER": str(endpoints), "LLAMARL_RUN_ID": RUN_ID,
-           "LLAMARL__BROKER__RATE_LIMIT_PER_S": "0"}  # fmt: skip
+    env = {
+        **os.environ,
+        "LLAMARL_BROKER": str(endpoints),
+        "LLAMARL_RUN_ID": RUN_ID,
+        "LLAMARL__BROKER__RATE_LIMIT_PER_S": "0",
+    }
     proc = subprocess.Popen(
         [sys.executable, "-m", "brokers", "--log-format", "json"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 30
     while True:
         try:

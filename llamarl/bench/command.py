@@ -28,9 +28,12 @@ def register(sub: Subparsers) -> None:
     sync.add_argument("--repeats", type=int, default=5)
     sync.add_argument("--bucket-mb", type=float, default=16.0)
     sync.add_argument("--trainer-ranks", default="1,2", help="data-parallel trainer ranks")
-    sync.add_argument("--generator-device", choices=["cpu", "cuda"], default="cpu",
-                      help="where the generators' weights live (cuda: against a raw "
-                           "host-to-GPU copy)")  # fmt: skip
+    sync.add_argument(
+        "--generator-device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="where the generators' weights live (cuda: against a raw host-to-GPU copy)",
+    )
     sync.add_argument(
         "--across-hosts",
         action="store_true",
@@ -53,9 +56,7 @@ def _register_others(bench_sub: Subparsers) -> None:
     resumed.add_argument("--config", default="configs/tiny.yaml")
     resumed.add_argument("--seeds", default="0,1,2", help="one interleaved pair per seed")
     resumed.add_argument("--steps", type=int, default=200, help="RL steps of each run")
-    resumed.add_argument(
-        "--kill-at", type=int, default=130, help="SIGKILL the trainer at this step"
-    )
+    resumed.add_argument("--kill-at", type=int, default=130, help="SIGKILL the trainer at this step")
     resumed.add_argument("--work-dir", default="runs/bench-resume")
     resumed.add_argument("--out", help="also write the JSON here")
     resumed.set_defaults(func=resume)
@@ -75,15 +76,19 @@ def _register_others(bench_sub: Subparsers) -> None:
     check.set_defaults(func=sim_check)
     peaks = bench_sub.add_parser("memory", help="trainer ranks' peak memory against the estimate")
     peaks.add_argument("--sizes", default="0.1b,0.5b,0.7b,1b", help="0.1b, 0.5b, 0.7b, 1b")
-    peaks.add_argument("--configs", default="ddp,fsdp,fsdp-rs,fsdp-ac,lora",
-                       help="ddp, fsdp, fsdp-rs (reduced each micro-batch), fsdp-ac (2 ranks each), lora (1 rank)")  # fmt: skip
+    peaks.add_argument(
+        "--configs",
+        default="ddp,fsdp,fsdp-rs,fsdp-ac,lora",
+        help="ddp, fsdp, fsdp-rs (reduced each micro-batch), fsdp-ac (2 ranks each), lora (1 rank)",
+    )
     peaks.add_argument("--steps", type=int, default=2, help="steps per row (the first untimed)")
     peaks.add_argument("--out", help="also write the JSON here")
     peaks.set_defaults(func=memory_bench)
     presets = bench_sub.add_parser("recipes", help="the demo with each recipe, seeds, both modes")
     presets.add_argument("--config", default="configs/tiny.yaml")
-    presets.add_argument("--recipes", default="default,dapo,gspo,dr_grpo",
-                         help="default (the config as it is) and recipe names")  # fmt: skip
+    presets.add_argument(
+        "--recipes", default="default,dapo,gspo,dr_grpo", help="default (the config as it is) and recipe names"
+    )
     presets.add_argument("--seeds", default="0,1,2")
     presets.add_argument("--modes", default="sync,async")
     presets.add_argument("--target", type=float, default=0.75, help="held-out accuracy to time")
@@ -105,8 +110,10 @@ def _register_others(bench_sub: Subparsers) -> None:
     batching.add_argument("--out", help="also write the JSON here")
     batching.set_defaults(func=batching_bench)
     grid = bench_sub.add_parser("grid", help="default run vs sync on a grid of shapes")
-    grid.add_argument("--shapes", default="demo,generation_heavy,train_heavy,variable_length,"
-                      "smollm2_train_heavy,smollm2_generation_heavy")  # fmt: skip
+    grid.add_argument(
+        "--shapes",
+        default="demo,generation_heavy,train_heavy,variable_length,smollm2_train_heavy,smollm2_generation_heavy",
+    )
     grid.add_argument("--pairs", type=int, default=3, help="interleaved rounds per shape")
     grid.add_argument("--work-dir", default="runs/bench-grid")
     grid.add_argument("--out", help="also write the JSON here")
@@ -196,8 +203,7 @@ def sim_check(args: argparse.Namespace) -> int:
     from llamarl.bench.sim_check import bench
 
     generators = [int(count) for count in args.generators.split(",")]
-    result = bench(Path(args.config), Path(args.profile), generators, args.rounds, args.steps,
-                   Path(args.work_dir))  # fmt: skip
+    result = bench(Path(args.config), Path(args.profile), generators, args.rounds, args.steps, Path(args.work_dir))
     return _emit(result, args)
 
 
@@ -205,8 +211,12 @@ def recipes_bench(args: argparse.Namespace) -> int:
     from llamarl.bench.recipes import bench
 
     seeds = [int(seed) for seed in args.seeds.split(",")]
-    return _emit(bench(Path(args.config), args.recipes.split(","), seeds,
-                       args.modes.split(","), args.target, Path(args.work_dir)), args)  # fmt: skip
+    return _emit(
+        bench(
+            Path(args.config), args.recipes.split(","), seeds, args.modes.split(","), args.target, Path(args.work_dir)
+        ),
+        args,
+    )
 
 
 def memory_bench(args: argparse.Namespace) -> int:
@@ -229,9 +239,7 @@ def grid_bench(args: argparse.Namespace) -> int:
     if unknown:
         from llamarl.errors import ConfigError
 
-        raise ConfigError(
-            f"--shapes: unknown {', '.join(unknown)}; choose from {', '.join(SHAPES)}"
-        )
+        raise ConfigError(f"--shapes: unknown {', '.join(unknown)}; choose from {', '.join(SHAPES)}")
     return _emit(bench(names, args.pairs, Path(args.work_dir)), args)
 
 

@@ -116,8 +116,7 @@ def forked(units: dict[str, Work]) -> Iterator[ProbeSet]:
             probe.close()
 
 
-def corun(generate: Work, train: Work) -> tuple[dict[str, float], float, dict[str, float],
-                                                 dict[str, Any]]:  # fmt: skip
+def corun(generate: Work, train: Work) -> tuple[dict[str, float], float, dict[str, float], dict[str, Any]]:
     """(each role's time beside the other / alone, a core each; the oversubscribed slowdown: a
     trainer on every core beside a one-thread generator, left to the scheduler, against its
     fair share of the cores (its threads wait for each other at every parallel region, so one
@@ -138,6 +137,10 @@ def corun(generate: Work, train: Work) -> tuple[dict[str, float], float, dict[st
         crowd = probes.phase({"train": (len(cores), None), "generate": (1, None)})
     fair = (len(cores) + 1) / len(cores)
     crowded = statistics.median(crowd["train"]) / (wide_alone * fair * slowdown["train"])
-    probes_s = {"alone": alone, "side_by_side": side, "train_on_every_core": wide_alone,
-                "crowded": {label: statistics.median(t) for label, t in crowd.items()}}  # fmt: skip
+    probes_s = {
+        "alone": alone,
+        "side_by_side": side,
+        "train_on_every_core": wide_alone,
+        "crowded": {label: statistics.median(t) for label, t in crowd.items()},
+    }
     return slowdown, max(1.0, crowded), jitter, probes_s

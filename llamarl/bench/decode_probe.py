@@ -34,9 +34,16 @@ def _time_batches(tree: dict[str, Any], threads: int, prompts: int, out: Any) ->
     rng = torch.Generator().manual_seed(config.seed)
 
     def batch() -> None:
-        sample(policy, encoded, num_samples=gen.num_samples, max_new_tokens=gen.max_new_tokens,
-               min_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p,
-               generator=rng)  # fmt: skip
+        sample(
+            policy,
+            encoded,
+            num_samples=gen.num_samples,
+            max_new_tokens=gen.max_new_tokens,
+            min_new_tokens=gen.max_new_tokens,
+            temperature=gen.temperature,
+            top_p=gen.top_p,
+            generator=rng,
+        )
 
     batch()
     times = []

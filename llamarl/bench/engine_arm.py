@@ -30,9 +30,7 @@ SHAPES = (16, 128)
 
 
 def prompts(policy: Policy) -> list[list[int]]:
-    questions = [
-        f"What is {a} plus {b}? Show your steps." for a, b in [(17, 25), (3, 98), (46, 46), (71, 9)]
-    ]
+    questions = [f"What is {a} plus {b}? Show your steps." for a, b in [(17, 25), (3, 98), (46, 46), (71, 9)]]
     return [policy.encode_prompt(q) for q in questions[:PROMPTS]]
 
 

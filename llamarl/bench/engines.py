@@ -71,8 +71,7 @@ def bench(model_dir: str, rounds: int, threads: int, arms: list[str]) -> dict[st
         "threads": threads,
         "rounds": rounds,
         "shapes": {
-            s: {"prompts": PROMPTS, "samples": SAMPLES, "tokens": t}
-            for s, t in zip(shapes, SHAPES, strict=True)
+            s: {"prompts": PROMPTS, "samples": SAMPLES, "tokens": t} for s, t in zip(shapes, SHAPES, strict=True)
         },
         "summary": summary,
         "runs": runs,

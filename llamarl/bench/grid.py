@@ -6,7 +6,8 @@ Then `--pairs` interleaved rounds of three runs of the same work: sync, the defa
 auto: the layout the simulator predicts fastest) and the best-predicted layout of the other kind
 (colocated when auto chose a split, else the split `workers.layout: split` starts), so the choice is checked against a
 measured alternative. Per run: seconds per RL step (`clean_step_s`: steps past the shape's
-warm-up (WARMUP) that neither evaluated nor followed an evaluation), the layout it ran and, for the auto run, the prediction it printed;
+warm-up (WARMUP) that neither evaluated nor followed an evaluation), the layout it ran and,
+for the auto run, the prediction it printed;
 for async runs each generator's and the trainer's idle fraction (their own timers).
 
 Per shape: speed-up of the default over sync (sync s/step / default s/step) and of the alternative;
@@ -52,8 +53,7 @@ one-thread trainer's first three took 19, 10 and 5 s, then 2.6-3.1 s each)."""
 def _profile_s(config: str, fresh: bool) -> float:
     command = llamarl_command("bench", "profile", config)
     started = time.perf_counter()
-    done = subprocess.run([*command, "--fresh"] if fresh else command, capture_output=True,
-                          text=True, check=False)  # fmt: skip
+    done = subprocess.run([*command, "--fresh"] if fresh else command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"profile of {config} failed: {done.stderr[-2000:]}")
     return round(time.perf_counter() - started, 2)
@@ -63,22 +63,21 @@ def _tree(config: str, steps: int) -> dict[str, Any]:
     """The shape's config for one timed run: `steps` RL steps, one evaluation at the end, no
     warm start (seconds per step do not depend on what the model knows)."""
     tree = read_tree(Path(config))
-    trainer = tree.get("trainer", {}) | {"num_steps": steps, "eval_every": steps, "sft_steps": 0,
-                                         "checkpoint_every": 0}  # fmt: skip
+    trainer = tree.get("trainer", {}) | {"num_steps": steps, "eval_every": steps, "sft_steps": 0, "checkpoint_every": 0}
     task = tree.get("task", {}) | {"num_eval": min(tree.get("task", {}).get("num_eval", 8), 16)}
     return tree | {"trainer": trainer, "task": task}
 
 
-def _run(tree: dict[str, Any], mode: str, layout: str | None, name: str, work_dir: Path,
-         warmup: int) -> dict[str, Any]:  # fmt: skip
+def _run(tree: dict[str, Any], mode: str, layout: str | None, name: str, work_dir: Path, warmup: int) -> dict[str, Any]:
     variant = tree
     if layout is not None:
         variant = tree | {"workers": tree.get("workers", {}) | {"layout": layout}}
     result = run_once(variant, mode, name, work_dir)
     ran = result.summary["mode"]
-    row: dict[str, Any] = {"s_per_step": round(clean_step_s(result.records, ran, warmup), 4),
-                           "generated_tokens": sum(r.get("num_tokens", 0)
-                                                   for r in result.records)}  # fmt: skip
+    row: dict[str, Any] = {
+        "s_per_step": round(clean_step_s(result.records, ran, warmup), 4),
+        "generated_tokens": sum(r.get("num_tokens", 0) for r in result.records),
+    }
     if mode == "sync":
         kept = result.records[warmup:-1]
         for phase in ("generate_s", "train_s"):
@@ -111,17 +110,17 @@ def shape(name: str, config: str, pairs: int, work_dir: Path) -> dict[str, Any]:
         runs["default"].append(default)
         other = _other(default["layout"])
         runs["other"].append(_run(tree, "async", other, f"{name}-{other}-{pair}", work_dir, warmup))
-        print(f"grid {name} pair {pair}: " + ", ".join(
-            f"{arm} {rows[-1]['s_per_step']}" for arm, rows in runs.items()), file=sys.stderr,
-            flush=True)  # fmt: skip
+        print(
+            f"grid {name} pair {pair}: " + ", ".join(f"{arm} {rows[-1]['s_per_step']}" for arm, rows in runs.items()),
+            file=sys.stderr,
+            flush=True,
+        )
     sync = [r["s_per_step"] for r in runs["sync"]]
     default_s = [r["s_per_step"] for r in runs["default"]]
     other_s = [r["s_per_step"] for r in runs["other"]]
     chosen = runs["default"][0]["layout"]
     predicted = (chosen["prediction"] or {}).get("chosen", {}).get("s_per_step")
-    bound = [
-        s / max(r["generate_s"], r["train_s"]) for s, r in zip(sync, runs["sync"], strict=True)
-    ]
+    bound = [s / max(r["generate_s"], r["train_s"]) for s, r in zip(sync, runs["sync"], strict=True)]
     default_median = spread(default_s)["median"]
     return {
         "config": config,
@@ -136,20 +135,18 @@ def shape(name: str, config: str, pairs: int, work_dir: Path) -> dict[str, Any]:
                 "generator_threads",
                 "max_staleness",
             )
-        },  # fmt: skip
+        },
         "s_per_step": {
             "sync": spread(sync, 4),
             "default": spread(default_s, 4),
             "other": spread(other_s, 4),
-        },  # fmt: skip
+        },
         "default_over_sync": spread([s / d for s, d in zip(sync, default_s, strict=True)]),
         "other_over_sync": spread([s / o for s, o in zip(sync, other_s, strict=True)]),
         "bound": spread(bound),
         "predicted_s_per_step": predicted,
         "prediction_error": round(predicted / default_median - 1, 3) if predicted else None,
-        "chose_fastest": (
-            default_median <= spread(other_s)["median"] or min(default_s) <= max(other_s)
-        ),
+        "chose_fastest": (default_median <= spread(other_s)["median"] or min(default_s) <= max(other_s)),
         "runs": runs,
     }
 

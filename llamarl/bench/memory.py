@@ -5,8 +5,9 @@ Models are Llama-shaped (LlamaConfig, random weights, vocabulary 32000, grouped-
 tied embeddings) at about 0.1B, 0.5B, 0.7B and 1B parameters; `SIZES` holds their shapes and the
 output their parameter counts. Each is run as: ddp x 2 ranks, fsdp x 2, fsdp x 2 reducing the
 gradients in every micro-batch (fsdp-rs), fsdp x 2 with activation checkpointing, and LoRA (r=16,
-the config's default target layers) on one rank, all float32 on CPU. A row is a fresh set of spawned processes (two ranks join a gloo group on a free port) that
-set glibc lean as a trainer near the host's memory does (`allocator.return_freed_memory`), build the model, wrap
+the config's default target layers) on one rank, all float32 on CPU. A row is a fresh set of
+spawned processes (two ranks join a gloo group on a free port) that set glibc lean as a
+trainer near the host's memory does (`allocator.return_freed_memory`), build the model, wrap
 it as the trainer does (`Learner`) and take `--steps` real steps on synthetic groups (2
 completions of 24 tokens after an 8-token prompt) sized so that each rank cuts the size's number
 of micro-batches of its micro_batch_tokens. Each rank reports its peak RSS (`ru_maxrss`, also
@@ -108,31 +109,31 @@ def llama_config(size: Size) -> LlamaConfig:
 
 def trainer_config(size: Size, config: str) -> TrainerConfig:
     ranks, fields, _ = CONFIGS[config]
-    return TrainerConfig(lr=1e-5, ranks=ranks, micro_batch_tokens=size.micro_batch_tokens,
-                         sft_steps=0, **fields)  # fmt: skip
+    return TrainerConfig(lr=1e-5, ranks=ranks, micro_batch_tokens=size.micro_batch_tokens, sft_steps=0, **fields)
 
 
 def synthetic_groups(count: int, vocab_size: int, seed: int) -> list[TrainGroup]:
     generator = torch.Generator().manual_seed(seed)
     shape = (NUM_SAMPLES, COMPLETION_TOKENS)
-    return [TrainGroup(
-        prompt_ids=torch.randint(3, vocab_size, (PROMPT_TOKENS,), generator=generator),
-        completion_ids=torch.randint(3, vocab_size, shape, generator=generator),
-        completion_mask=torch.ones(shape, dtype=torch.long),
-        behaviour_logprobs=-torch.rand(shape, generator=generator) * 5,
-        rewards=torch.rand(NUM_SAMPLES, generator=generator),
-    ) for _ in range(count)]  # fmt: skip
+    return [
+        TrainGroup(
+            prompt_ids=torch.randint(3, vocab_size, (PROMPT_TOKENS,), generator=generator),
+            completion_ids=torch.randint(3, vocab_size, shape, generator=generator),
+            completion_mask=torch.ones(shape, dtype=torch.long),
+            behaviour_logprobs=-torch.rand(shape, generator=generator) * 5,
+            rewards=torch.rand(NUM_SAMPLES, generator=generator),
+        )
+        for _ in range(count)
+    ]
 
 
 def _peak() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _rank(rank: int, world: int, port: int, size_name: str, config: str, steps: int,
-          out: Any) -> None:  # fmt: skip
+def _rank(rank: int, world: int, port: int, size_name: str, config: str, steps: int, out: Any) -> None:
     """One trainer rank: build, wrap, train `steps` steps; report its peaks and step times."""
-    os.environ |= {"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-                   "MASTER_PORT": str(port)}  # fmt: skip
+    os.environ |= {"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     torch.set_num_threads(max(1, usable_cores() // world))
     return_freed_memory()  # as a trainer near the host's memory does
     ranks = TrainerRanks.from_env("cpu", TIMEOUT_S, "bench-memory")
@@ -205,12 +206,13 @@ def refusal(size_name: str, config: str, directory: Path) -> str | None:
     if not (model_dir / "config.json").exists():
         llama_config(size).save_pretrained(model_dir)
     world, fields, lora = CONFIGS[config]
-    run = parse_config({
-        "model": {"path": str(model_dir), "lora": {"r": 16} if lora else None},
-        "trainer": {"ranks": world, "micro_batch_tokens": size.micro_batch_tokens,
-                    "sft_steps": 0, **fields},
-        "generation": {"num_samples": NUM_SAMPLES, "max_new_tokens": COMPLETION_TOKENS},
-    })  # fmt: skip
+    run = parse_config(
+        {
+            "model": {"path": str(model_dir), "lora": {"r": 16} if lora else None},
+            "trainer": {"ranks": world, "micro_batch_tokens": size.micro_batch_tokens, "sft_steps": 0, **fields},
+            "generation": {"num_samples": NUM_SAMPLES, "max_new_tokens": COMPLETION_TOKENS},
+        }
+    )
     try:
         memory_check.check_memory(run, generators=False)
     except ConfigError as err:
@@ -239,17 +241,22 @@ def row(size_name: str, config: str, steps: int, directory: Path) -> dict[str, A
     work = memory.Workload(groups * PROMPT_TOKENS, completions, NUM_SAMPLES, size.micro_batches)
     estimate = memory.estimate_rank(shape_of(size, lora), trainer_config(size, config), work)
     entry: dict[str, Any] = {
-        "size": size_name, "config": config, "ranks": world,
-        "estimate_gib": _gib(estimate.total), "estimate_phase": estimate.phase,
+        "size": size_name,
+        "config": config,
+        "ranks": world,
+        "estimate_gib": _gib(estimate.total),
+        "estimate_phase": estimate.phase,
         "estimate_terms_gib": {name: _gib(value) for name, value in estimate.terms.items()},
-    }  # fmt: skip
+    }
     refused = refusal(size_name, config, directory)
     if refused is not None:
         return entry | {"refused": refused}
     free = available_bytes()
     if world * estimate.total * HEADROOM > free:
-        return entry | {"skipped": f"{_gib(free)} GiB free now, the estimate needs "
-                                   f"{_gib(world * estimate.total * HEADROOM)} with margin"}  # fmt: skip
+        return entry | {
+            "skipped": f"{_gib(free)} GiB free now, the estimate needs "
+            f"{_gib(world * estimate.total * HEADROOM)} with margin"
+        }
     reports = measure(size_name, config, steps)
     if isinstance(reports, str):
         return entry | {"failed": reports}
@@ -272,9 +279,14 @@ def bench(sizes: list[str], configs: list[str], steps: int) -> dict[str, Any]:
         if name not in CONFIGS:
             raise ConfigError(f"--configs: {name} is not one of {', '.join(CONFIGS)}")
     limit, _ = memory_check.host_memory()
-    shapes = {name: asdict(SIZES[name]) | {"num_params": shape_of(SIZES[name], False).num_params,
-                                           "num_lora_params": shape_of(SIZES[name], True).num_trained}
-              for name in sizes}  # fmt: skip
+    shapes = {
+        name: asdict(SIZES[name])
+        | {
+            "num_params": shape_of(SIZES[name], False).num_params,
+            "num_lora_params": shape_of(SIZES[name], True).num_trained,
+        }
+        for name in sizes
+    }
     rows = []
     with tempfile.TemporaryDirectory() as directory:
         for size_name in sizes:
@@ -282,8 +294,16 @@ def bench(sizes: list[str], configs: list[str], steps: int) -> dict[str, Any]:
                 rows.append(row(size_name, config, steps, Path(directory)))
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return {
-        "host_memory_gib": _gib(limit), "cores": usable_cores(), "steps": steps,
-        "workload": {"num_samples": NUM_SAMPLES, "prompt_tokens": PROMPT_TOKENS,
-                     "completion_tokens": COMPLETION_TOKENS, "dtype": "float32", "lora": "r=16, " + ",".join(LoraConfig().target_modules)},
-        "sizes": shapes, "rows": rows,
-    }  # fmt: skip
+        "host_memory_gib": _gib(limit),
+        "cores": usable_cores(),
+        "steps": steps,
+        "workload": {
+            "num_samples": NUM_SAMPLES,
+            "prompt_tokens": PROMPT_TOKENS,
+            "completion_tokens": COMPLETION_TOKENS,
+            "dtype": "float32",
+            "lora": "r=16, " + ",".join(LoraConfig().target_modules),
+        },
+        "sizes": shapes,
+        "rows": rows,
+    }

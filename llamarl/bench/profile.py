@@ -58,10 +58,21 @@ CORUN_POSITIONS = 4
 COST_SECTIONS = ("model", "task", "generation", "algorithm", "trainer", "sampling", "environment")
 """The config sections whose fields can change a role's cost (the run's length and bookkeeping
 fields are dropped from the cache key below)."""
-NOT_COSTS = {"trainer": ("num_steps", "eval_every", "sft_steps", "checkpoint_every",
-                         "keep_checkpoints", "lr", "sft_lr", "lr_schedule", "lr_warmup_steps",
-                         "lr_min_ratio"),
-             "task": ("num_eval",)}  # fmt: skip
+NOT_COSTS = {
+    "trainer": (
+        "num_steps",
+        "eval_every",
+        "sft_steps",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "lr",
+        "sft_lr",
+        "lr_schedule",
+        "lr_warmup_steps",
+        "lr_min_ratio",
+    ),
+    "task": ("num_eval",),
+}
 
 
 def cache_dir() -> Path:
@@ -71,11 +82,9 @@ def cache_dir() -> Path:
 def machine() -> dict[str, Any]:
     cpu = ""
     if Path("/proc/cpuinfo").exists():
-        names = [line for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")]  # fmt: skip
+        names = [line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")]
         cpu = names[0].split(":", 1)[1].strip() if names else ""
-    return {"host": platform.node(), "cores": usable_cores(), "cpu": cpu,
-            "torch": torch.__version__}  # fmt: skip
+    return {"host": platform.node(), "cores": usable_cores(), "cpu": cpu, "torch": torch.__version__}
 
 
 def cache_key(config: RunConfig) -> str:
@@ -105,8 +114,9 @@ class Probes:
         if gen.engine == "vllm":
             self.engine = start_engine(config, self.policy, config.seed)
         per_step = config.trainer.prompts_per_step
-        self.batches = ((gen.prompts_per_batch, per_step) if gen.prompts_per_batch < per_step
-                        else (per_step, 2 * per_step))  # fmt: skip
+        self.batches = (
+            (gen.prompts_per_batch, per_step) if gen.prompts_per_batch < per_step else (per_step, 2 * per_step)
+        )
         self.prompts = encoded_prompts(config, self.policy, max(self.batches))
         self.rng = torch.Generator().manual_seed(config.seed)
         algorithm = config.algorithm.with_loss_constant(gen.max_new_tokens)
@@ -152,8 +162,7 @@ class Probes:
         self.learner.step(groups)
 
     def tokens(self, groups: list[TrainGroup]) -> int:
-        return sum(g.completion_ids.numel() + g.prompt_ids.numel() * g.completion_ids.shape[0]
-                   for g in groups)  # fmt: skip
+        return sum(g.completion_ids.numel() + g.prompt_ids.numel() * g.completion_ids.shape[0] for g in groups)
 
     def generate_unit(self) -> None:
         """A generator's batch, CORUN_POSITIONS long (the co-run probes' unit)."""
@@ -206,12 +215,9 @@ def thread_costs(probes: Probes) -> tuple[ThreadCosts, dict[str, Any]]:
     if not probes.warm_half:  # the heap a half step's shapes need: their first one pays its
         probes.train(half)  # page faults (seconds for a 135M model), once a process
         probes.warm_half = True
-    sizes = [
-        (probes.tokens(g), seconds(partial(probes.train, g))) for g in (half, probes.step_groups)
-    ]
+    sizes = [(probes.tokens(g), seconds(partial(probes.train, g))) for g in (half, probes.step_groups)]
     train_s, per_token = line((sizes[0][0], sizes[1][0]), (sizes[0][1], sizes[1][1]))
-    costs = ThreadCosts(decode_s=decode_s, decode_s_per_seq=per_seq, train_s=train_s,
-                        train_s_per_token=per_token)  # fmt: skip
+    costs = ThreadCosts(decode_s=decode_s, decode_s_per_seq=per_seq, train_s=train_s, train_s_per_token=per_token)
     return costs, {"decode_s_per_position": decode_points, "train_tokens_s": sizes}
 
 
@@ -219,10 +225,16 @@ def scoring(probes: Probes) -> tuple[float, list[int]]:
     """The config's scorer on a generator batch sampled as the config samples (EOS allowed
     after min_new_tokens): seconds per group, and the completions' lengths."""
     gen, count = probes.config.generation, probes.batches[0]
-    batch = sample(probes.policy, probes.prompts[:count], num_samples=gen.num_samples,
-                   max_new_tokens=gen.max_new_tokens, min_new_tokens=gen.min_new_tokens,
-                   temperature=gen.temperature, top_p=gen.top_p,
-                   generator=probes.rng)  # fmt: skip
+    batch = sample(
+        probes.policy,
+        probes.prompts[:count],
+        num_samples=gen.num_samples,
+        max_new_tokens=gen.max_new_tokens,
+        min_new_tokens=gen.min_new_tokens,
+        temperature=gen.temperature,
+        top_p=gen.top_p,
+        generator=probes.rng,
+    )
     prompt_set = make_prompt_set(probes.config.task, probes.config.seed)
     examples = [prompt_set.train_item(i) for i in range(count)]
     groups = pack_groups(probes.policy, batch, examples, [(i, 0) for i in range(count)], 0)
@@ -273,12 +285,18 @@ def measure(config: RunConfig) -> tuple[Costs, dict[str, Any]]:
     prompt_tokens = statistics.mean(len(p) for p in probes.prompts)
     score_s, lengths = scoring(probes)
     costs = Costs(
-        threads=threads, score_s_per_group=score_s, stage_s=stage, pull_s=pull,
-        prompt_tokens=prompt_tokens, corun_slowdown=slowdown, cores=usable_cores(),
-        jitter_cv=jitter, oversubscribed_slowdown=crowded, completion_lengths=lengths,
-    )  # fmt: skip
-    extra = {"model_bytes": size, "load_s": round(loaded, 2), "points": points,
-             "probes_s": corun_s}  # fmt: skip
+        threads=threads,
+        score_s_per_group=score_s,
+        stage_s=stage,
+        pull_s=pull,
+        prompt_tokens=prompt_tokens,
+        corun_slowdown=slowdown,
+        cores=usable_cores(),
+        jitter_cv=jitter,
+        oversubscribed_slowdown=crowded,
+        completion_lengths=lengths,
+    )
+    extra = {"model_bytes": size, "load_s": round(loaded, 2), "points": points, "probes_s": corun_s}
     return costs, extra
 
 
@@ -290,8 +308,11 @@ def profile(config_path: Path, out: Path | None = None, fresh: bool = False) -> 
     cached = cached_profile(config)
     if fresh or not cached.exists():
         costs, extra = measure(config)
-        extra |= {"config": str(config_path), "machine": machine(),
-                  "measured_s": round(time.perf_counter() - started, 2)}  # fmt: skip
+        extra |= {
+            "config": str(config_path),
+            "machine": machine(),
+            "measured_s": round(time.perf_counter() - started, 2),
+        }
         costs.save(cached, extra)
         hit = False
     else:
@@ -300,8 +321,12 @@ def profile(config_path: Path, out: Path | None = None, fresh: bool = False) -> 
     if out is not None and out != cached:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(cached.read_text())
-    return {"profile": str(out or cached), "cached": hit,
-            "seconds": round(time.perf_counter() - started, 2), "costs": tree}  # fmt: skip
+    return {
+        "profile": str(out or cached),
+        "cached": hit,
+        "seconds": round(time.perf_counter() - started, 2),
+        "costs": tree,
+    }
 
 
 def cached_profile(config: RunConfig) -> Path:

@@ -28,14 +28,14 @@ DEFAULT = "default"
 """The config as it is, less any recipe it names."""
 
 
-def describe(records: list[dict[str, Any]], summary: dict[str, Any], groups_per_step: int,
-             target: float) -> dict[str, Any]:  # fmt: skip
+def describe(
+    records: list[dict[str, Any]], summary: dict[str, Any], groups_per_step: int, target: float
+) -> dict[str, Any]:
     """One run's figures from its metrics and summary line."""
     steps = len(records)
     skipped = sum(float(r.get("groups_skipped", 0.0)) for r in records)
     tokens = sum(float(r["num_tokens"]) for r in records)
-    dropped = sum(float(r.get("mis_dropped_fraction", 0.0)) * float(r["num_tokens"])
-                  for r in records)  # fmt: skip
+    dropped = sum(float(r.get("mis_dropped_fraction", 0.0)) * float(r["num_tokens"]) for r in records)
     return {
         "steps": steps,
         "initial_accuracy": summary["initial_accuracy"],
@@ -59,8 +59,9 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def bench(config_path: Path, recipes: list[str], seeds: list[int], modes: list[str],
-          target: float, work_dir: Path) -> dict[str, Any]:  # fmt: skip
+def bench(
+    config_path: Path, recipes: list[str], seeds: list[int], modes: list[str], target: float, work_dir: Path
+) -> dict[str, Any]:
     unknown = [r for r in recipes if r != DEFAULT and r not in RECIPES]
     if unknown:
         names = ", ".join([DEFAULT, *sorted(RECIPES)])

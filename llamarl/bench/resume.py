@@ -63,13 +63,13 @@ def run_once(tree: dict[str, Any], name: str, work_dir: Path, kill_at: int | Non
     started = time.monotonic()
     launcher = subprocess.Popen(
         [str(llamarl), "--log-format", "json", "run", str(variant), "--mode", "async"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         if kill_at is not None:
-            while (
-                _metrics_steps(run_dir) < kill_at or (pid := _trainer_pid(launcher, name)) is None
-            ):
+            while _metrics_steps(run_dir) < kill_at or (pid := _trainer_pid(launcher, name)) is None:
                 if launcher.poll() is not None:
                     raise RuntimeError(f"run {name} ended before step {kill_at}")
                 time.sleep(0.05)
@@ -92,9 +92,7 @@ def run_once(tree: dict[str, Any], name: str, work_dir: Path, kill_at: int | Non
     }
 
 
-def bench(
-    config_path: Path, seeds: list[int], steps: int, kill_at: int, work_dir: Path
-) -> dict[str, Any]:
+def bench(config_path: Path, seeds: list[int], steps: int, kill_at: int, work_dir: Path) -> dict[str, Any]:
     work_dir.mkdir(parents=True, exist_ok=True)
     base = read_tree(config_path)
     base["trainer"] = base.get("trainer", {}) | {"num_steps": steps}

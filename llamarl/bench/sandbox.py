@@ -30,9 +30,7 @@ def bench(calls: int) -> dict[str, Any]:
         assert result.stdout == "1\n", result
 
     def bare() -> None:
-        subprocess.run(
-            [str(PYTHON), "-I", "-S", "-B", "-c", "print(1)"], check=True, stdout=subprocess.DEVNULL
-        )
+        subprocess.run([str(PYTHON), "-I", "-S", "-B", "-c", "print(1)"], check=True, stdout=subprocess.DEVNULL)
 
     sandbox_s, bare_s = [], []
     for _ in range(calls):  # interleaved, so both see the same machine

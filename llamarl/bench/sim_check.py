@@ -30,11 +30,13 @@ ROLES = ("generator", "trainer")
 
 def layout_tree(base: dict[str, Any], generators: int, steps: int) -> dict[str, Any]:
     config = parse_config(base)
-    generation = dict(base.get("generation", {})) | {
-        "min_new_tokens": config.generation.max_new_tokens
+    generation = dict(base.get("generation", {})) | {"min_new_tokens": config.generation.max_new_tokens}
+    trainer = dict(base.get("trainer", {})) | {
+        "num_steps": steps,
+        "eval_every": steps,
+        "sft_steps": 0,
+        "checkpoint_every": 0,
     }
-    trainer = dict(base.get("trainer", {})) | {"num_steps": steps, "eval_every": steps,
-                                               "sft_steps": 0, "checkpoint_every": 0}  # fmt: skip
     task = dict(base.get("task", {})) | {"num_eval": min(config.task.num_eval, 8)}
     workers = dict(base.get("workers", {})) | {"num_generators": generators}
     return base | {"generation": generation, "trainer": trainer, "task": task, "workers": workers}
@@ -44,8 +46,9 @@ def error(predicted: float, measured: float) -> float:
     return round((predicted - measured) / measured, 3) if measured else float("nan")
 
 
-def bench(config_path: Path, profile: Path, generators: list[int], rounds: int, steps: int,
-          work_dir: Path) -> dict[str, Any]:  # fmt: skip
+def bench(
+    config_path: Path, profile: Path, generators: list[int], rounds: int, steps: int, work_dir: Path
+) -> dict[str, Any]:
     work_dir.mkdir(parents=True, exist_ok=True)
     base = read_tree(config_path)
     costs = Costs.load(profile)
@@ -58,35 +61,45 @@ def bench(config_path: Path, profile: Path, generators: list[int], rounds: int, 
             row = {"s_per_step": clean_step_s(result.records, "async")}
             row |= {f"{role}_idle": roles[role]["idle_fraction"] for role in ROLES}
             measured[count].append(row)
-            print(f"sim-check {count} generator(s) round {round_index}: {row}", file=sys.stderr,
-                  flush=True)  # fmt: skip
+            print(f"sim-check {count} generator(s) round {round_index}: {row}", file=sys.stderr, flush=True)
     layouts = []
     for count in generators:
         config = parse_config(layout_tree(base, count, steps))
         layout = layout_of(config, config.workers.num_cores or costs.cores, costs)
         predicted = simulate_async(layout, costs, lengths_of(config, None, 0.0), steps)
         rows = measured[count]
-        entry: dict[str, Any] = {"generators": count, "layout": layout.describe(),
-                                 "predicted_s_per_step": round(predicted.s_per_step, 4),
-                                 "measured_s_per_step": spread([r["s_per_step"] for r in rows], 4)}  # fmt: skip
+        entry: dict[str, Any] = {
+            "generators": count,
+            "layout": layout.describe(),
+            "predicted_s_per_step": round(predicted.s_per_step, 4),
+            "measured_s_per_step": spread([r["s_per_step"] for r in rows], 4),
+        }
         entry["step_error"] = error(predicted.s_per_step, entry["measured_s_per_step"]["median"])
         for role in ROLES:
             got = spread([r[f"{role}_idle"] for r in rows])
-            entry[f"{role}_idle"] = {"predicted": round(predicted.idle_fraction[role], 3),
-                                     "measured": got,
-                                     "difference": round(predicted.idle_fraction[role] - got["median"], 3)}  # fmt: skip
+            entry[f"{role}_idle"] = {
+                "predicted": round(predicted.idle_fraction[role], 3),
+                "measured": got,
+                "difference": round(predicted.idle_fraction[role] - got["median"], 3),
+            }
         layouts.append(entry)
     fastest_predicted = min(layouts, key=lambda e: e["predicted_s_per_step"])["generators"]
     fastest_measured = min(layouts, key=lambda e: e["measured_s_per_step"]["median"])["generators"]
     recommended = recommendation(base, costs, steps)
-    return {"config": str(config_path), "profile": str(profile), "steps": steps,
-            "rounds": rounds, "layouts": layouts,
-            "max_step_error": max(abs(e["step_error"]) for e in layouts),
-            "max_idle_difference": max(abs(e[f"{r}_idle"]["difference"]) for e in layouts for r in ROLES),
-            "fastest_predicted": fastest_predicted, "sweep_recommends": recommended,
-            "fastest_measured": fastest_measured,
-            "recommendation_confirmed": recommended["num_generators"] == fastest_measured
-            and recommended["max_staleness"] == parse_config(base).staleness.max_staleness}  # fmt: skip
+    return {
+        "config": str(config_path),
+        "profile": str(profile),
+        "steps": steps,
+        "rounds": rounds,
+        "layouts": layouts,
+        "max_step_error": max(abs(e["step_error"]) for e in layouts),
+        "max_idle_difference": max(abs(e[f"{r}_idle"]["difference"]) for e in layouts for r in ROLES),
+        "fastest_predicted": fastest_predicted,
+        "sweep_recommends": recommended,
+        "fastest_measured": fastest_measured,
+        "recommendation_confirmed": recommended["num_generators"] == fastest_measured
+        and recommended["max_staleness"] == parse_config(base).staleness.max_staleness,
+    }
 
 
 def recommendation(base: dict[str, Any], costs: Costs, steps: int) -> dict[str, Any]:

@@ -122,9 +122,7 @@ def timedelta(seconds: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=seconds)
 
 
-def raw_gloo_s(
-    num_bytes: int, bucket_values: int, repeats: int, placement: Placement | None = None
-) -> list[float]:
+def raw_gloo_s(num_bytes: int, bucket_values: int, repeats: int, placement: Placement | None = None) -> list[float]:
     """Seconds of each raw gloo send of the bytes between two processes (across the link of
     `placement`'s two hosts, when given), in buckets as ours."""
     ctx = mp.get_context("spawn")
@@ -228,8 +226,11 @@ def transport_rounds(
     every generator has pulled and loaded that version."""
     measured = arm_rounds(transport, verify, num_bytes, [num_generators], [1], repeats, bucket_mb)
     rounds = measured[1, num_generators]
-    return {"stage_s": [max(r) for r in rounds.stage_s],
-            "publish_s": [max(r) for r in rounds.publish_s], "pull_s": rounds.pull_s}  # fmt: skip
+    return {
+        "stage_s": [max(r) for r in rounds.stage_s],
+        "publish_s": [max(r) for r in rounds.publish_s],
+        "pull_s": rounds.pull_s,
+    }
 
 
 def _gbps(num_bytes: int, seconds: list[float]) -> dict[str, float]:
@@ -244,16 +245,12 @@ def summary(num_bytes: int, rounds: Rounds) -> dict[str, Any]:
         "pull_s": spread(rounds.pull_s, DIGITS),
         "pull_GBps": _gbps(num_bytes, rounds.pull_s),
         "stage_s": spread([max(r) for r in rounds.stage_s], DIGITS),
-        "stage_s_per_rank": [
-            spread(list(rank), DIGITS) for rank in zip(*rounds.stage_s, strict=True)
-        ],
+        "stage_s_per_rank": [spread(list(rank), DIGITS) for rank in zip(*rounds.stage_s, strict=True)],
         "publish_s": spread([max(r) for r in rounds.publish_s], DIGITS),
     }
 
 
-def add_ratios(
-    entry: dict[str, Any], arm: str, generators: Sequence[int], trainer_ranks: Sequence[int]
-) -> None:
+def add_ratios(entry: dict[str, Any], arm: str, generators: Sequence[int], trainer_ranks: Sequence[int]) -> None:
     """The arm's ratios (see the module docstring) into `entry`, medians over medians."""
 
     def median(ranks: int, count: int, figure: str) -> float:
@@ -265,19 +262,14 @@ def add_ratios(
     g0, g1 = generators[0], generators[-1]
     r0, r1 = trainer_ranks[0], trainer_ranks[-1]
     entry[f"{arm}_vs_{base}"] = {
-        f"ranks_{r}": round(median(r, g0, "pull_GBps") / entry[f"{base}_GBps"]["median"], 3)
-        for r in trainer_ranks
+        f"ranks_{r}": round(median(r, g0, "pull_GBps") / entry[f"{base}_GBps"]["median"], 3) for r in trainer_ranks
     }
     entry[f"{arm}_time_{g1}_vs_{g0}"] = {
-        f"ranks_{r}": round(median(r, g1, "pull_s") / median(r, g0, "pull_s"), 3)
-        for r in trainer_ranks
+        f"ranks_{r}": round(median(r, g1, "pull_s") / median(r, g0, "pull_s"), 3) for r in trainer_ranks
     }
     for figure in ("pull_s", "stage_s"):
         name = f"{arm}_{figure[:-2]}_time_ranks_{r1}_vs_{r0}"
-        entry[name] = {
-            f"generators_{g}": round(median(r1, g, figure) / median(r0, g, figure), 3)
-            for g in generators
-        }
+        entry[name] = {f"generators_{g}": round(median(r1, g, figure) / median(r0, g, figure), 3) for g in generators}
 
 
 def size_entry(
@@ -316,8 +308,7 @@ def size_entry(
         )
         entry[arm] = {
             f"ranks_{ranks}": {
-                f"generators_{count}": summary(num_bytes, measured[ranks, count])
-                for count in generators
+                f"generators_{count}": summary(num_bytes, measured[ranks, count]) for count in generators
             }
             for ranks in trainer_ranks
         }
@@ -341,9 +332,7 @@ def bench(
     torch.set_num_threads(1)
     with two_hosts() if across_hosts else nullcontext() as placement:
         sizes = [
-            size_entry(
-                mb, generators, trainer_ranks, repeats, bucket_mb, generator_device, placement
-            )
+            size_entry(mb, generators, trainer_ranks, repeats, bucket_mb, generator_device, placement)
             for mb in sizes_mb
         ]
     return {

@@ -159,9 +159,7 @@ class Trainer:
         self.out = ctx.Queue()
         self.todo = [ctx.Queue() for _ in range(num_ranks)]
         self.procs = [
-            ctx.Process(
-                target=_rank, args=(config, run_id, num_bytes, shard, todo, self.out, placement)
-            )
+            ctx.Process(target=_rank, args=(config, run_id, num_bytes, shard, todo, self.out, placement))
             for shard, todo in zip(shards(num_ranks), self.todo, strict=True)
         ]
         for proc in self.procs:
@@ -215,9 +213,7 @@ class Generators:
         for _ in range(count):
             worker_id, version, _ = self.out.get(timeout=TIMEOUT_S * 2)
             if str(version) != meta["policy_version"]:
-                raise SyncError(
-                    f"{worker_id} pulled version {version}, not {meta['policy_version']}"
-                )
+                raise SyncError(f"{worker_id} pulled version {version}, not {meta['policy_version']}")
         return time.perf_counter() - started
 
     def check(self, expected: str, count: int) -> None:

@@ -211,9 +211,7 @@ class MemoryWorkQueue(_MemoryReceiver):
 class MemoryBus:
     """A `Bus` client of a MemoryHub; wraps payloads in envelopes carrying run and sender."""
 
-    def __init__(
-        self, hub: MemoryHub, sender: str, on_reject: RejectHook | None, max_message_bytes: int
-    ) -> None:
+    def __init__(self, hub: MemoryHub, sender: str, on_reject: RejectHook | None, max_message_bytes: int) -> None:
         self.hub = hub
         self.sender = sender
         self.on_reject = on_reject
@@ -227,9 +225,7 @@ class MemoryBus:
 
     def _frames(self, topic: str, payload: Any, policy_version: int) -> Frames:
         started = time.perf_counter()
-        envelope = make_envelope(
-            payload, run_id=self.hub.run_id, sender=self.sender, policy_version=policy_version
-        )
+        envelope = make_envelope(payload, run_id=self.hub.run_id, sender=self.sender, policy_version=policy_version)
         frames = [topic.encode(), encode(envelope)]
         self._send_s += time.perf_counter() - started
         return frames

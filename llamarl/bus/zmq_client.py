@@ -30,9 +30,7 @@ MAX_SKIPPED = 1000  # rejected messages one recv() skips before it returns, so a
 
 
 class _Receiver:
-    def __init__(
-        self, sock: zmq.Socket, run_id: str, max_message_bytes: int, on_reject: RejectHook | None
-    ):
+    def __init__(self, sock: zmq.Socket, run_id: str, max_message_bytes: int, on_reject: RejectHook | None):
         self.sock = sock
         self.run_id = run_id
         self.max_message_bytes = max_message_bytes
@@ -92,8 +90,9 @@ class Subscriber(_Receiver):
 class Consumer(_Receiver):
     """Competes with other consumers of one work topic; each message reaches exactly one."""
 
-    def __init__(self, sock: zmq.Socket, topic: str, credit: int, run_id: str, max_bytes: int,
-                 on_reject: RejectHook | None):  # fmt: skip
+    def __init__(
+        self, sock: zmq.Socket, topic: str, credit: int, run_id: str, max_bytes: int, on_reject: RejectHook | None
+    ):
         super().__init__(sock, run_id, max_bytes, on_reject)
         self.topic = topic.encode()
         self.credit = str(credit).encode()
@@ -182,11 +181,7 @@ class BusClient:
         return self._send_s + sum(receiver.busy_s for receiver in self._receivers)
 
     def _envelope(self, payload: Any, policy_version: int) -> bytes:
-        return encode(
-            make_envelope(
-                payload, run_id=self.run_id, sender=self.sender, policy_version=policy_version
-            )
-        )
+        return encode(make_envelope(payload, run_id=self.run_id, sender=self.sender, policy_version=policy_version))
 
     def publish(self, topic: str, payload: Any, policy_version: int) -> None:
         if topic not in FANOUT_TOPICS:
@@ -211,9 +206,7 @@ class BusClient:
         except zmq.Again:  # the broker applies backpressure: wait for room, up to the timeout
             waiting = time.perf_counter()
             if not self._push.poll(int(timeout_s * 1000), zmq.POLLOUT):
-                raise TimeoutError(
-                    f"push to {topic} blocked for {timeout_s}s (broker backpressure)"
-                ) from None
+                raise TimeoutError(f"push to {topic} blocked for {timeout_s}s (broker backpressure)") from None
             started += time.perf_counter() - waiting  # waiting is not bus work
             self._push.send_multipart(frames)
         self._send_s += time.perf_counter() - started
@@ -236,9 +229,7 @@ class BusClient:
             raise ValueError(f"{topic!r} is not a work topic")
         sock = make_socket(self._ctx, zmq.DEALER, self.hwm, self.curve)
         sock.connect(self.endpoints.work_out)
-        receiver = Consumer(
-            sock, topic, credit, self.run_id, self.max_message_bytes, self.on_reject
-        )
+        receiver = Consumer(sock, topic, credit, self.run_id, self.max_message_bytes, self.on_reject)
         self._receivers.append(receiver)
         return receiver
 

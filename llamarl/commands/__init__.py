@@ -30,9 +30,7 @@ COMMANDS = (sft, bench, sim, evaluation, export, plot, monitor, model, keys, con
 """The library's commands, in the order `llamarl --help` lists them after run and worker."""
 
 
-def build_parser(
-    run_command: Command, worker_command: Command, roles: Sequence[str]
-) -> argparse.ArgumentParser:
+def build_parser(run_command: Command, worker_command: Command, roles: Sequence[str]) -> argparse.ArgumentParser:
     """The whole command tree; `run` and `worker` start processes, `roles` are `worker`'s."""
     parser = argparse.ArgumentParser(
         prog="llamarl",

@@ -22,9 +22,7 @@ if TYPE_CHECKING:
 
 
 def register(sub: Subparsers) -> None:
-    evaluated = sub.add_parser(
-        "eval", help="evaluate a saved model or a run's on the config's sets"
-    )
+    evaluated = sub.add_parser("eval", help="evaluate a saved model or a run's on the config's sets")
     evaluated.add_argument("config", help="run config: its held-out prompts and evaluation sets")
     evaluated.add_argument(
         "--model",

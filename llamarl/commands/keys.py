@@ -21,6 +21,9 @@ def _keys_generate(args: argparse.Namespace) -> int:
 
     for path in generate_keys(args.directory):
         print(path)
-    print(f"set broker.curve_keys: {args.directory} (every host needs client.key_secret and "
-          "server.key; hosts that bind also server.key_secret)", file=sys.stderr)  # fmt: skip
+    print(
+        f"set broker.curve_keys: {args.directory} (every host needs client.key_secret and "
+        "server.key; hosts that bind also server.key_secret)",
+        file=sys.stderr,
+    )
     return 0

@@ -10,8 +10,7 @@ from llamarl.commands.base import OVERRIDES_HELP, Command, Subparsers
 from llamarl.config.recipes import RECIPES
 
 
-def register(sub: Subparsers, run_command: Command, worker_command: Command,
-             roles: Sequence[str]) -> None:  # fmt: skip
+def register(sub: Subparsers, run_command: Command, worker_command: Command, roles: Sequence[str]) -> None:
     run = sub.add_parser("run", help="run a whole job on this machine (private Redis + broker)")
     run.add_argument("config", help="run config YAML")
     run.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
@@ -22,8 +21,9 @@ def register(sub: Subparsers, run_command: Command, worker_command: Command,
         help="async: the roles as processes (checkpoints, ledger, --resume); sync: the lock-step "
         "loop in this process, a benchmark baseline with no checkpoints or ledger, not resumable",
     )
-    run.add_argument("--recipe", choices=sorted(RECIPES),
-                     help="a preset of algorithm options under the config's own (recipe=NAME)")  # fmt: skip
+    run.add_argument(
+        "--recipe", choices=sorted(RECIPES), help="a preset of algorithm options under the config's own (recipe=NAME)"
+    )
     run.add_argument(
         "--resume",
         action="store_true",
@@ -38,8 +38,7 @@ def register(sub: Subparsers, run_command: Command, worker_command: Command,
     )
     run.add_argument(
         "--ray-address",
-        help="the Ray cluster to join (default: auto when RAY_ADDRESS is set, else a local Ray "
-        "instance of this run's)",
+        help="the Ray cluster to join (default: auto when RAY_ADDRESS is set, else a local Ray instance of this run's)",
     )
     run.set_defaults(func=run_command)
 

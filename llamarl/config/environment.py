@@ -68,22 +68,17 @@ class EnvironmentConfig(_Section):
     @model_validator(mode="after")
     def _fields_agree(self) -> EnvironmentConfig:
         if self.kind is None and (self.tools or self.options):
-            raise FieldConflict(
-                ("tools", "kind"), "tools and options belong to an environment; set kind"
-            )
+            raise FieldConflict(("tools", "kind"), "tools and options belong to an environment; set kind")
         if (self.kind == "agent") != (self.agent is not None):
             raise FieldConflict(
                 ("agent", "kind"),
                 "kind agent runs the function `agent` names, and only it does: set both or neither",
             )
         if self.kind == "agent" and self.tools:
-            raise FieldConflict(
-                ("tools", "kind"), "an agent calls its own tools; drop environment.tools"
-            )
+            raise FieldConflict(("tools", "kind"), "an agent calls its own tools; drop environment.tools")
         if self.demonstration is not None and self.kind != "agent":
             raise FieldConflict(
                 ("demonstration", "kind"),
-                "an environment class writes its own demonstration(); demonstration is for "
-                "kind agent",
+                "an environment class writes its own demonstration(); demonstration is for kind agent",
             )
         return self

@@ -95,22 +95,16 @@ class AlgorithmConfig(_Section):
         if self.loss == "reinforce" and self.ratio_level != "token":
             raise FieldConflict(("ratio_level", "loss"), "reinforce uses no ratio")
         if self.mis_low is not None and self.mis_high is not None and self.mis_low >= self.mis_high:
-            raise FieldConflict(
-                ("mis_low", "mis_high"), f"{self.mis_low} >= {self.mis_high} keeps no ratio"
-            )
+            raise FieldConflict(("mis_low", "mis_high"), f"{self.mis_low} >= {self.mis_high} keeps no ratio")
         if self.mis_level != "token" and self.mis_low is None and self.mis_high is None:
             raise FieldConflict(
                 ("mis_level", "mis_low", "mis_high"),
                 "mis_level needs a band: set mis_low or mis_high",
             )
         if self.advantage != "grpo" and not self.grpo_scale_by_std:
-            raise FieldConflict(
-                ("grpo_scale_by_std", "advantage"), f"{self.advantage} has no std to divide by"
-            )
+            raise FieldConflict(("grpo_scale_by_std", "advantage"), f"{self.advantage} has no std to divide by")
         if self.kl_coef == 0 and (self.kl_estimator != "k3" or self.kl_in != "loss"):
-            raise FieldConflict(
-                ("kl_estimator", "kl_in", "kl_coef"), "the KL penalty is off; set kl_coef > 0"
-            )
+            raise FieldConflict(("kl_estimator", "kl_in", "kl_coef"), "the KL penalty is off; set kl_coef > 0")
         if self.kl_coef > 0 and self.kl_estimator == "k1" and self.kl_in == "loss":
             raise FieldConflict(
                 ("kl_estimator", "kl_in"),
@@ -118,9 +112,7 @@ class AlgorithmConfig(_Section):
                 "with kl_in: reward, or k2/k3 in the loss",
             )
         if self.loss_constant is not None and self.aggregation != "constant_sum":
-            raise FieldConflict(
-                ("loss_constant", "aggregation"), "loss_constant divides aggregation constant_sum"
-            )
+            raise FieldConflict(("loss_constant", "aggregation"), "loss_constant divides aggregation constant_sum")
         return self
 
     def with_loss_constant(self, max_new_tokens: int) -> AlgorithmConfig:
@@ -207,9 +199,7 @@ class TrainerConfig(_Section):
                 f"a warm-up of {self.lr_warmup_steps} steps never ends in {self.num_steps}",
             )
         if self.lr_schedule == "constant" and self.lr_min_ratio:
-            raise FieldConflict(
-                ("lr_min_ratio", "lr_schedule"), "lr_min_ratio is the floor of a decay"
-            )
+            raise FieldConflict(("lr_min_ratio", "lr_schedule"), "lr_min_ratio is the floor of a decay")
         return self
 
     @model_validator(mode="after")
@@ -217,8 +207,7 @@ class TrainerConfig(_Section):
         if self.offload and (self.sharding != "fsdp" or self.device != "cuda"):
             raise FieldConflict(
                 ("offload", "sharding", "device"),
-                "offload moves fsdp's state between a GPU and the CPU: it needs sharding fsdp "
-                "on device cuda",
+                "offload moves fsdp's state between a GPU and the CPU: it needs sharding fsdp on device cuda",
             )
         if self.reduce_gradients == "micro_batch" and self.sharding != "fsdp":
             raise FieldConflict(

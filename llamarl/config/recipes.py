@@ -20,20 +20,28 @@ from llamarl.errors import ConfigError
 
 RECIPES: dict[str, dict[str, Any]] = {
     "dapo": {
-        "algorithm": {"loss": "ppo_clip", "clip_low": 0.8, "clip_high": 1.28,
-                      "aggregation": "token_mean", "kl_coef": 0.0},
-        "sampling": {"dynamic_sampling": True, "overlong": "penalty", "overlong_band": 0.2,
-                     "overlong_penalty": 1.0},
+        "algorithm": {
+            "loss": "ppo_clip",
+            "clip_low": 0.8,
+            "clip_high": 1.28,
+            "aggregation": "token_mean",
+            "kl_coef": 0.0,
+        },
+        "sampling": {"dynamic_sampling": True, "overlong": "penalty", "overlong_band": 0.2, "overlong_penalty": 1.0},
     },
     "gspo": {
-        "algorithm": {"loss": "ppo_clip", "ratio_level": "sequence", "clip_low": 1 - 3e-4,
-                      "clip_high": 1 + 4e-4, "aggregation": "sequence_mean"},
+        "algorithm": {
+            "loss": "ppo_clip",
+            "ratio_level": "sequence",
+            "clip_low": 1 - 3e-4,
+            "clip_high": 1 + 4e-4,
+            "aggregation": "sequence_mean",
+        },
     },
     "dr_grpo": {
-        "algorithm": {"advantage": "grpo", "grpo_scale_by_std": False,
-                      "aggregation": "constant_sum", "kl_coef": 0.0},
+        "algorithm": {"advantage": "grpo", "grpo_scale_by_std": False, "aggregation": "constant_sum", "kl_coef": 0.0},
     },
-}  # fmt: skip
+}
 
 
 def merged(under: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -96,10 +96,7 @@ class RunConfig(_Section):
                 "the reward such a group still has advantages; put the KL in the loss",
             )
         generation = self.generation
-        if (
-            self.sampling.overlong != "off"
-            and generation.min_new_tokens >= generation.max_new_tokens
-        ):
+        if self.sampling.overlong != "off" and generation.min_new_tokens >= generation.max_new_tokens:
             raise FieldConflict(
                 ("sampling.overlong", "generation.min_new_tokens"),
                 f"with EOS banned for all {generation.max_new_tokens} tokens every completion is "
@@ -144,8 +141,7 @@ class RunConfig(_Section):
         if not self.model.chat_template:
             raise FieldConflict(
                 ("task.messages_field", "model.chat_template"),
-                "chat rows are rendered through the tokenizer's chat template; set "
-                "model.chat_template: true",
+                "chat rows are rendered through the tokenizer's chat template; set model.chat_template: true",
             )
         return self
 
@@ -203,9 +199,7 @@ def apply_overrides(items: Sequence[str], environ: MutableMapping[str, str] | No
         path, equals, value = item.partition("=")
         parts = path.split(".")
         if not equals or not all(part.isidentifier() for part in parts):
-            raise ConfigError(
-                f"override {item!r}: write section.field=value (for example trainer.lr=1e-5)"
-            )
+            raise ConfigError(f"override {item!r}: write section.field=value (for example trainer.lr=1e-5)")
         environ["LLAMARL__" + "__".join(part.upper() for part in parts)] = value
 
 
@@ -218,9 +212,7 @@ def env_overrides(environ: dict[str, str]) -> list[tuple[tuple[str, ...], Any]]:
     if "LLAMARL_BROKER" in environ:
         host, _, port = environ["LLAMARL_BROKER"].rpartition(":")
         if not host or not port.isdigit():
-            raise ConfigError(
-                f"LLAMARL_BROKER: expected host:port, got {environ['LLAMARL_BROKER']!r}"
-            )
+            raise ConfigError(f"LLAMARL_BROKER: expected host:port, got {environ['LLAMARL_BROKER']!r}")
         found += [(("broker", "host"), host), (("broker", "port"), int(port))]
     for name, raw in environ.items():
         if name.startswith("LLAMARL__"):

@@ -71,9 +71,7 @@ class LoraConfig(_Section):
     """Scale numerator: an adapter's update is multiplied by alpha / r."""
     dropout: float = Field(0.0, ge=0, lt=1)
     """Dropout on the adapters' input while training."""
-    target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1
-    )
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1)
     """Names of the linear layers that get adapters (default: Llama's attention projections;
     add gate_proj, up_proj, down_proj for the MLP, about 2.6x the adapter size)."""
 
@@ -109,9 +107,7 @@ class ModelConfig(_Section):
             return self
         # The built model (path null) has the char tokenizer, which carries no chat template.
         if self.chat_template:
-            raise FieldConflict(
-                ("chat_template", "path"), "the built model's tokenizer has no chat template"
-            )
+            raise FieldConflict(("chat_template", "path"), "the built model's tokenizer has no chat template")
         if self.hidden_size % self.num_heads:
             raise FieldConflict(
                 ("hidden_size", "num_heads"),
@@ -238,9 +234,7 @@ class WorkersConfig(_Section):
     """torch threads per generator; null: their share of `num_cores`."""
     pin_cores: bool = True
     """`llamarl run` pins the trainer and each generator to cores of their own when they fit."""
-    ray_resources: dict[Literal["trainer", "generator", "reward"], dict[str, float]] = Field(
-        default_factory=dict
-    )
+    ray_resources: dict[Literal["trainer", "generator", "reward"], dict[str, float]] = Field(default_factory=dict)
     """`--launcher ray`: custom resources each worker of a role asks for besides its CPUs and
     GPUs, so it lands on the nodes that declare them (`ray start --resources
     '{"trainer_node": 1}'`); for example {trainer: {trainer_node: 1}, generator:

@@ -26,8 +26,9 @@ def template_fields(template: str) -> set[str]:
             continue
         base = re.split(r"[.\[]", name, maxsplit=1)[0]
         if not base.isidentifier():
-            raise ValueError(f"prompt_template: {{{name}}} is not a field name; use {{a}}, {{b}} "
-                             "or a prompt file's field names")  # fmt: skip
+            raise ValueError(
+                f"prompt_template: {{{name}}} is not a field name; use {{a}}, {{b}} or a prompt file's field names"
+            )
         names.add(base)
     return names
 
@@ -129,9 +130,7 @@ class TaskConfig(_Section):
     @model_validator(mode="after")
     def _fields_agree(self) -> TaskConfig:
         if self.reward_model_only and self.reward_model is None:
-            raise FieldConflict(
-                ("reward_model_only", "reward_model"), "reward_model_only needs a reward_model"
-            )
+            raise FieldConflict(("reward_model_only", "reward_model"), "reward_model_only needs a reward_model")
         if self.prompt_template is not None:
             names = template_fields(self.prompt_template)
             unknown = names - {"a", "b"}
@@ -142,19 +141,13 @@ class TaskConfig(_Section):
                     + ", ".join("{" + name + "}" for name in sorted(unknown)),
                 )
         if self.kind != "arithmetic" and self.path is None:
-            raise FieldConflict(
-                ("kind", "path"), f"kind {self.kind} reads prompts from path; set it"
-            )
+            raise FieldConflict(("kind", "path"), f"kind {self.kind} reads prompts from path; set it")
         if self.kind == "arithmetic" and self.path is not None:
             raise FieldConflict(("kind", "path"), "kind arithmetic ignores path; set kind file")
         if self.show_work and self.kind != "arithmetic":
-            raise FieldConflict(
-                ("show_work", "kind"), f"show_work applies to kind arithmetic only, not {self.kind}"
-            )
+            raise FieldConflict(("show_work", "kind"), f"show_work applies to kind arithmetic only, not {self.kind}")
         if self.show_work and self.operation != "+":
-            raise FieldConflict(
-                ("show_work", "operation"), "worked answers are written for addition only"
-            )
+            raise FieldConflict(("show_work", "operation"), "worked answers are written for addition only")
         if self.show_work and self.verifier == "exact_int":
             raise FieldConflict(
                 ("show_work", "verifier"),
@@ -164,8 +157,7 @@ class TaskConfig(_Section):
         if self.kind == "arithmetic" and self.num_eval * 4 > num_pairs:
             raise FieldConflict(
                 ("num_eval", "num_digits"),
-                f"{self.num_eval} held out of {num_pairs} pairs leaves too few to train on "
-                f"(at most {num_pairs // 4})",
+                f"{self.num_eval} held out of {num_pairs} pairs leaves too few to train on (at most {num_pairs // 4})",
             )
         return self
 
@@ -174,9 +166,7 @@ class TaskConfig(_Section):
         if self.kind == "arithmetic":
             for name in DATA_FIELDS:
                 if getattr(self, name) is not None:
-                    raise FieldConflict(
-                        (name, "kind"), f"{name} applies to data files, not kind arithmetic"
-                    )
+                    raise FieldConflict((name, "kind"), f"{name} applies to data files, not kind arithmetic")
         if self.format is not None and self.kind != "file":
             raise FieldConflict(
                 ("format", "kind"),
@@ -184,13 +174,9 @@ class TaskConfig(_Section):
             )
         if self.eval_fraction is not None and (self.eval_path or self.eval_split):
             held = "eval_path" if self.eval_path else "eval_split"
-            raise FieldConflict(
-                ("eval_fraction", held), f"the held-out rows come from {held}; set one of the two"
-            )
+            raise FieldConflict(("eval_fraction", held), f"the held-out rows come from {held}; set one of the two")
         if self.eval_split is not None and self.eval_path is None and self.eval_split == self.split:
-            raise FieldConflict(
-                ("eval_split", "split"), f"{self.split} is the training split; hold out another"
-            )
+            raise FieldConflict(("eval_split", "split"), f"{self.split} is the training split; hold out another")
         if self.system_prompt is not None and self.messages_field is None:
             raise FieldConflict(
                 ("system_prompt", "messages_field"),

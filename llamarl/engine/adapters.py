@@ -52,9 +52,7 @@ def adapter_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
 
 
-def save_adapters(
-    policy: Policy, directory: Path, state: dict[str, torch.Tensor] | None = None
-) -> None:
+def save_adapters(policy: Policy, directory: Path, state: dict[str, torch.Tensor] | None = None) -> None:
     """A peft adapter directory (adapter_config.json, adapter weights) with the tokenizer;
     `state` (from `adapter_state`) in place of the current adapters when given."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,4 @@ def bounded_calls(calls: Sequence[Callable[[], Any]], timeout_s: float) -> list[
     deadline = time.monotonic() + timeout_s
     for event in finished:
         event.wait(max(0.0, deadline - time.monotonic()))
-    return [
-        o if e.is_set() else Outcome(error="timeout")
-        for o, e in zip(outcomes, finished, strict=True)
-    ]
+    return [o if e.is_set() else Outcome(error="timeout") for o, e in zip(outcomes, finished, strict=True)]

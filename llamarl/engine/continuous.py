@@ -137,21 +137,25 @@ class RunningBatch:
         device = model.device
         ids, mask = (t.to(device) for t in left_pad([p for _, p in prompts], self.policy.pad_id))
         padded = not bool(mask.all())
-        out = model(input_ids=ids, attention_mask=mask if padded else None,
-                    position_ids=positions(mask), use_cache=True,
-                    logits_to_keep=1)  # fmt: skip
+        out = model(
+            input_ids=ids,
+            attention_mask=mask if padded else None,
+            position_ids=positions(mask),
+            use_cache=True,
+            logits_to_keep=1,
+        )
         cache = cache_of(out)
         cache.batch_repeat_interleave(n)
         mask = mask.repeat_interleave(n, dim=0)
-        self._append(cache, mask, positions(mask)[:, -1] + 1,
-                     out.logits[:, -1].repeat_interleave(n, dim=0))  # fmt: skip
+        self._append(cache, mask, positions(mask)[:, -1] + 1, out.logits[:, -1].repeat_interleave(n, dim=0))
         for key, prompt in prompts:
             rows = [_Row(key) for _ in range(n)]
             self.rows.extend(rows)
             self.groups[key] = _Group(list(prompt), rows, n)
 
-    def _append(self, cache: DynamicCache, mask: torch.Tensor, next_position: torch.Tensor,
-                logits: torch.Tensor) -> None:  # fmt: skip
+    def _append(
+        self, cache: DynamicCache, mask: torch.Tensor, next_position: torch.Tensor, logits: torch.Tensor
+    ) -> None:
         if self.cache is None:
             self.cache, self.mask, self.next_position, self.logits = (
                 cache,
@@ -214,8 +218,7 @@ class RunningBatch:
         token_logp = logp.gather(-1, token[:, None]).squeeze(-1)
         ended = (token == eos) | (counts + 1 >= sampler.max_new_tokens)
         finished = []
-        for row, t, lp, end in zip(self.rows, token.tolist(), token_logp.tolist(),
-                                   ended.tolist(), strict=True):  # fmt: skip
+        for row, t, lp, end in zip(self.rows, token.tolist(), token_logp.tolist(), ended.tolist(), strict=True):
             row.tokens.append(t)
             row.logprobs.append(lp)
             row.versions.append(version)
@@ -236,10 +239,13 @@ class RunningBatch:
         ones = torch.ones((len(tokens), 1), dtype=self.mask.dtype, device=device)
         self.mask = torch.cat([self.mask, ones], 1)
         padded = not bool(self.mask.all())
-        out = self.policy.model(input_ids=tokens[:, None],
-                                attention_mask=self.mask if padded else None,
-                                position_ids=self.next_position[:, None], use_cache=True,
-                                **with_cache(self.cache))  # fmt: skip
+        out = self.policy.model(
+            input_ids=tokens[:, None],
+            attention_mask=self.mask if padded else None,
+            position_ids=self.next_position[:, None],
+            use_cache=True,
+            **with_cache(self.cache),
+        )
         self.cache, self.logits = cache_of(out), out.logits[:, -1]
         self.next_position = self.next_position + 1
 
@@ -258,6 +264,11 @@ class RunningBatch:
             versions[i, :size] = torch.tensor(row.versions)
             mask[i, :size] = 1
         prompt = torch.tensor(group.prompt, dtype=torch.long).repeat(len(rows), 1)
-        batch = SampleBatch(prompt_ids=prompt, prompt_mask=torch.ones_like(prompt),
-                            completion_ids=ids, completion_mask=mask, logprobs=logprobs)  # fmt: skip
+        batch = SampleBatch(
+            prompt_ids=prompt,
+            prompt_mask=torch.ones_like(prompt),
+            completion_ids=ids,
+            completion_mask=mask,
+            logprobs=logprobs,
+        )
         return FinishedGroup(key, batch, versions)

@@ -125,11 +125,11 @@ class EpisodeRunner:
         self.renderer = TurnRenderer(policy)
 
     def _begin(self, examples: Sequence[Example], num_samples: int) -> list[Episode]:
-        envs = bounded_calls([self.factory.new for _ in range(len(examples) * num_samples)],
-                             self.config.step_timeout_s)  # fmt: skip
+        envs = bounded_calls([self.factory.new for _ in range(len(examples) * num_samples)], self.config.step_timeout_s)
         rows = [e for e in examples for _ in range(num_samples)]
-        starts = bounded_calls([partial(_start, o, e) for o, e in zip(envs, rows, strict=True)],
-                               self.config.step_timeout_s)  # fmt: skip
+        starts = bounded_calls(
+            [partial(_start, o, e) for o, e in zip(envs, rows, strict=True)], self.config.step_timeout_s
+        )
         episodes = []
         for g, example in enumerate(examples):
             group = range(g * num_samples, (g + 1) * num_samples)
@@ -162,16 +162,21 @@ class EpisodeRunner:
             self._env_turn([e for e in active if e.end is None])
         return episodes
 
-    def _model_turn(self, active: list[Episode], sampling: Sampling, policy_version: int,
-                    share: int) -> None:  # fmt: skip
+    def _model_turn(self, active: list[Episode], sampling: Sampling, policy_version: int, share: int) -> None:
         """Sample one turn of every active episode (`share` episodes of one prompt in a row
         share its keys and values: the first turn of a group)."""
-        budgets = [min(sampling.max_turn_tokens, self.config.max_tokens - len(e.tokens))
-                   for e in active]  # fmt: skip
+        budgets = [min(sampling.max_turn_tokens, self.config.max_tokens - len(e.tokens)) for e in active]
         contexts = [e.prompt + e.tokens for e in active[::share]]
-        batch = self.decode(self.policy, contexts, num_samples=share, max_new_tokens=max(budgets),
-                       temperature=sampling.temperature, top_p=sampling.top_p,
-                       generator=sampling.generator, greedy=sampling.greedy)  # fmt: skip
+        batch = self.decode(
+            self.policy,
+            contexts,
+            num_samples=share,
+            max_new_tokens=max(budgets),
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            generator=sampling.generator,
+            greedy=sampling.greedy,
+        )
         eos = self.policy.eos_id
         for row, (episode, budget) in enumerate(zip(active, budgets, strict=True)):
             length = min(int(batch.completion_mask[row].sum()), budget)
@@ -228,8 +233,7 @@ class EpisodeRunner:
 def _messages(value: Any) -> list[Message]:
     """`value` if it is a list of {"role": str, "content": str}; TypeError otherwise."""
     if not isinstance(value, list) or not all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-        for m in value
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value
     ):
         raise TypeError("messages must be a list of {'role': str, 'content': str}")
     return value
@@ -250,8 +254,6 @@ def _step(episode: Episode) -> EnvStep:
     if not isinstance(step, EnvStep):
         raise TypeError(f"step() returned {type(step).__name__}, not an EnvStep")
     _messages(step.messages)
-    if step.reward is not None and (
-        not isinstance(step.reward, int | float) or not math.isfinite(step.reward)
-    ):
+    if step.reward is not None and (not isinstance(step.reward, int | float) or not math.isfinite(step.reward)):
         raise TypeError("the reward must be a finite number or None")
     return step

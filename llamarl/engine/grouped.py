@@ -92,8 +92,10 @@ class MicroBatch:
 
     def to(self, device: torch.device) -> MicroBatch:
         """The batch's tensors on `device` (itself when they are there already)."""
-        move = {name: getattr(self, name).to(device) for name in
-                ("prompt_ids", "completion_ids", "completion_mask", "behaviour_logprobs")}  # fmt: skip
+        move = {
+            name: getattr(self, name).to(device)
+            for name in ("prompt_ids", "completion_ids", "completion_mask", "behaviour_logprobs")
+        }
         return dataclasses.replace(self, **move)
 
 
@@ -122,8 +124,9 @@ def _record_once(cache: Any) -> Any:
     keeps nothing, as the first pass did."""
     keep, seen = cache.update, set()
 
-    def update(keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args: Any,
-               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    def update(
+        keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if layer_idx in seen:
             return keys, values
         seen.add(layer_idx)
@@ -139,8 +142,9 @@ def _read_only(cache: Any) -> Any:
     what its first pass saw."""
     cache = copy.copy(cache)
 
-    def update(keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args: Any,
-               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    def update(
+        keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         layer = cache.layers[layer_idx]
         return torch.cat([layer.keys, keys], dim=-2), torch.cat([layer.values, values], dim=-2)
 
@@ -171,14 +175,14 @@ def grouped_logprobs(
 def _shared_prompt_logits(model: Any, batch: MicroBatch) -> torch.Tensor:
     """(G * n, W) logits from the prompts' pass, with a cache, and the completions' pass (none
     for one-token completions: never for FSDP ranks, whose passes must match one another's)."""
-    prompt = model(input_ids=batch.prompt_ids, use_cache=True, logits_to_keep=1,
-                   **with_cache(_record_once(DynamicCache())))  # fmt: skip
+    prompt = model(
+        input_ids=batch.prompt_ids, use_cache=True, logits_to_keep=1, **with_cache(_record_once(DynamicCache()))
+    )
     logits = prompt.logits[:, -1:].repeat_interleave(batch.num_samples, dim=0)
     width = batch.completion_ids.shape[1]
     if width == 1:
         return logits
     cache = cache_of(prompt)
     cache.batch_repeat_interleave(batch.num_samples)
-    rest = model(input_ids=batch.completion_ids[:, : width - 1], use_cache=True,
-                 **with_cache(_read_only(cache)))  # fmt: skip
+    rest = model(input_ids=batch.completion_ids[:, : width - 1], use_cache=True, **with_cache(_read_only(cache)))
     return torch.cat([logits, rest.logits], dim=1)

@@ -11,9 +11,7 @@ from typing import Any
 
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-CACHE_FIELD = (
-    "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
-)
+CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 """The name this transformers gives the cache, as a model argument and an output field."""
 
 

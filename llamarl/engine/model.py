@@ -112,9 +112,7 @@ def load_policy(path: str | Path) -> Policy:
     """Load a local HF causal-LM directory (model + tokenizer); never touches a hub."""
     directory = Path(path)
     tokenizer = _tokenizer_of(directory)
-    model = AutoModelForCausalLM.from_pretrained(
-        directory, local_files_only=True, dtype=torch.float32
-    )
+    model = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True, dtype=torch.float32)
     model.eval()
     return Policy(model, tokenizer)
 
@@ -202,9 +200,7 @@ def place(policy: Policy, device: str | torch.device, dtype: str) -> Policy:
     return policy
 
 
-def save_policy(
-    policy: Policy, directory: str | Path, state_dict: dict[str, torch.Tensor] | None = None
-) -> None:
+def save_policy(policy: Policy, directory: str | Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
     """`save_pretrained` of model and tokenizer; `state_dict`, when given, holds the weights to
     write (a snapshot taken earlier) in place of the model's current ones."""
     directory = Path(directory)

@@ -29,9 +29,7 @@ def completion_texts(policy: Policy, batch: SampleBatch) -> list[str]:
     eos = policy.eos_id
     rows = [
         [t for t, m in zip(ids, mask, strict=True) if m and t != eos]
-        for ids, mask in zip(
-            batch.completion_ids.tolist(), batch.completion_mask.tolist(), strict=True
-        )
+        for ids, mask in zip(batch.completion_ids.tolist(), batch.completion_mask.tolist(), strict=True)
     ]
     return [str(t) for t in policy.tokenizer.batch_decode(rows, skip_special_tokens=True)]
 
@@ -47,9 +45,15 @@ def _texts(texts: Sequence[str]) -> TypedArray:
 
 def _group(example: Example, ticket_id: int, attempt: int, **arrays: Any) -> RolloutGroup:
     """The group of ticket `ticket_id`'s attempt, with its example's fields and `arrays`."""
-    return RolloutGroup(rollout_id=f"{ticket_id}.{attempt}", ticket_id=ticket_id,
-                        attempt=attempt, prompt_index=example.index, prompt=example.prompt,
-                        answer=example.answer, **arrays)  # fmt: skip
+    return RolloutGroup(
+        rollout_id=f"{ticket_id}.{attempt}",
+        ticket_id=ticket_id,
+        attempt=attempt,
+        prompt_index=example.index,
+        prompt=example.prompt,
+        answer=example.answer,
+        **arrays,
+    )
 
 
 def pack_groups(
@@ -69,9 +73,7 @@ def pack_groups(
         rows = slice(g * n, (g + 1) * n)
         mask = batch.completion_mask[rows]
         prompt = batch.prompt_ids[g * n][batch.prompt_mask[g * n].bool()]
-        sampled_by = (
-            policy_version[rows] if isinstance(policy_version, torch.Tensor) else policy_version
-        )
+        sampled_by = policy_version[rows] if isinstance(policy_version, torch.Tensor) else policy_version
         versions = torch.where(mask.bool(), sampled_by, -1)
         groups.append(
             _group(
@@ -96,8 +98,7 @@ def score_group(group: RolloutGroup, scorer: GroupScorer) -> ScoredGroup:
     rewards, name = scores.rewards, scorer.name
     if group.episodes:
         given = [record["reward"] for record in episode_records(group)]
-        rewards = np.array([s if g is None else g for s, g in zip(rewards, given, strict=True)],
-                           dtype=np.float32)  # fmt: skip
+        rewards = np.array([s if g is None else g for s, g in zip(rewards, given, strict=True)], dtype=np.float32)
         name = "environment" if None not in given else f"environment+{name}"
     return ScoredGroup(
         group=group,
@@ -111,10 +112,7 @@ def component_means(batch: Sequence[ScoredGroup]) -> dict[str, float]:
     """`reward/<name>`: the mean over `batch`'s groups of each named part of their rewards (a
     group without the part counts as 0)."""
     names = sorted({name for scored in batch for name in scored.components})
-    return {
-        f"reward/{name}": sum(s.components.get(name, 0.0) for s in batch) / len(batch)
-        for name in names
-    }
+    return {f"reward/{name}": sum(s.components.get(name, 0.0) for s in batch) / len(batch) for name in names}
 
 
 def pack_episodes(

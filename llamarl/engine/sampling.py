@@ -51,9 +51,7 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
-def sampling_logprobs(
-    logits: torch.Tensor, temperature: float, top_p: float, ban: int | None = None
-) -> torch.Tensor:
+def sampling_logprobs(logits: torch.Tensor, temperature: float, top_p: float, ban: int | None = None) -> torch.Tensor:
     """Log-probs of the distribution sampled from: tempered, top-p truncated, renormalised.
     `ban` is a token id excluded before that (EOS before `min_new_tokens`)."""
     logits = logits.float() / temperature

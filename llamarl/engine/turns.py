@@ -37,9 +37,7 @@ class TurnRenderer:
         self.tokenizer = policy.tokenizer
 
     def _render(self, messages: list[Message], cue: bool) -> str:
-        text = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=cue, tokenize=False
-        )
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=cue, tokenize=False)
         return str(text)
 
     def ids(self, text: str) -> list[int]:
@@ -48,9 +46,7 @@ class TurnRenderer:
 
     def text_ids(self, text: str) -> list[int]:
         """Tokens of an environment's text: control characters escaped, special tokens split."""
-        encoded = self.tokenizer(
-            escape_control(text), add_special_tokens=False, split_special_tokens=True
-        )
+        encoded = self.tokenizer(escape_control(text), add_special_tokens=False, split_special_tokens=True)
         return list(encoded.input_ids)
 
     def prompt(self, messages: list[Message]) -> list[int]:

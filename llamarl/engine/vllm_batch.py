@@ -79,9 +79,7 @@ class VllmBatch:
                 raise ValueError(f"group {key!r} is already running")
             request_id = f"{key}.{next(self._serial)}"
             params = self.engine.params(self.sampler, delta=True)
-            self.engine.llm.llm_engine.add_request(
-                request_id, TokensPrompt(prompt_token_ids=list(prompt)), params
-            )
+            self.engine.llm.llm_engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(prompt)), params)
             samples = [_Sample() for _ in range(self.sampler.num_samples)]
             self.requests[request_id] = _Request(key, list(prompt), samples)
             self.ids[key] = request_id

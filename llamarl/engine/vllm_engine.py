@@ -86,9 +86,7 @@ class VllmEngine:
         """Seconds the engine took to start."""
 
     @classmethod
-    def start(
-        cls, model_dir: str, config: VllmConfig, device: str, eos_id: int, seed: int
-    ) -> VllmEngine:
+    def start(cls, model_dir: str, config: VllmConfig, device: str, eos_id: int, seed: int) -> VllmEngine:
         set_vllm_environment()
         # vLLM cuts a CPU process to one torch thread unless OMP_NUM_THREADS says how many.
         os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
@@ -170,9 +168,7 @@ class VllmEngine:
         from vllm.inputs import TokensPrompt
 
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
-        sampler = Sampler(
-            num_samples, max_new_tokens, min_new_tokens, temperature, top_p, generator, greedy
-        )
+        sampler = Sampler(num_samples, max_new_tokens, min_new_tokens, temperature, top_p, generator, greedy)
         params = [self.params(sampler) for _ in prompts]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         rows = [(list(c.token_ids), token_logprobs(c)) for out in outputs for c in out.outputs]
@@ -188,10 +184,7 @@ class VllmEngine:
 def token_logprobs(completion: Any) -> list[float]:
     """The behaviour log-prob of each token of a vLLM CompletionOutput (logprobs=0 keeps the
     sampled token's alone)."""
-    return [
-        float(step[token].logprob)
-        for token, step in zip(completion.token_ids, completion.logprobs, strict=True)
-    ]
+    return [float(step[token].logprob) for token, step in zip(completion.token_ids, completion.logprobs, strict=True)]
 
 
 def completions_batch(

@@ -26,9 +26,7 @@ def environment_class(kind: str) -> Callable[[EnvContext], Any]:
     if kind in BUILT_IN:
         return BUILT_IN[kind]
     cls = load_named(kind, "environment.kind")
-    if not isinstance(cls, type) or not all(
-        callable(getattr(cls, name, None)) for name in ("start", "step")
-    ):
+    if not isinstance(cls, type) or not all(callable(getattr(cls, name, None)) for name in ("start", "step")):
         raise ConfigError(
             f"environment.kind {kind}: {kind.replace(':', '.')} is not a class with start() "
             "and step(); see docs/environments.md"

@@ -56,8 +56,7 @@ def role_threads(config: RunConfig, role: str) -> int:
     """torch threads for one process of `role`: the split's share (a trainer's divided between
     its ranks), one for the roles the split leaves out."""
     workers = config.workers
-    threads = {"trainer": workers.trainer_threads,
-               "generator": workers.generator_threads}.get(role) or 1  # fmt: skip
+    threads = {"trainer": workers.trainer_threads, "generator": workers.generator_threads}.get(role) or 1
     return max(1, threads // config.trainer.ranks) if role == "trainer" else threads
 
 
@@ -103,8 +102,7 @@ def work_probes(config: RunConfig) -> tuple[Callable[[], Any], Callable[[], Any]
     probe = min(PROBE_TOKENS, gen.max_new_tokens)
 
     def generate() -> Any:
-        return sample(policy, prompts, num_samples=gen.num_samples, max_new_tokens=probe,
-                      min_new_tokens=probe)  # fmt: skip
+        return sample(policy, prompts, num_samples=gen.num_samples, max_new_tokens=probe, min_new_tokens=probe)
 
     batch = generate()
     repeats = -(-gen.max_new_tokens // probe)
@@ -159,7 +157,5 @@ def plan_threads(config: RunConfig) -> CoreSplit:
     trainer = workers.trainer_threads or trainer
     generator = workers.generator_threads or generator
     usable = sorted(os.sched_getaffinity(0))[:num_cores]
-    pins = (
-        pin_cores(usable, trainer, generator, workers.num_generators) if workers.pin_cores else {}
-    )
+    pins = pin_cores(usable, trainer, generator, workers.num_generators) if workers.pin_cores else {}
     return CoreSplit(trainer, generator, share, pins)

@@ -57,26 +57,38 @@ class Plan:
     for lock-step, and the alternatives."""
 
 
-def _laid_out(config: RunConfig, generators: int, trainer: int, generator: int,
-              staleness: int) -> RunConfig:  # fmt: skip
-    workers = config.workers.model_copy(update={
-        "num_generators": generators, "trainer_threads": trainer, "generator_threads": generator,
-    })  # fmt: skip
+def _laid_out(config: RunConfig, generators: int, trainer: int, generator: int, staleness: int) -> RunConfig:
+    workers = config.workers.model_copy(
+        update={
+            "num_generators": generators,
+            "trainer_threads": trainer,
+            "generator_threads": generator,
+        }
+    )
     staleness_section = config.staleness.model_copy(update={"max_staleness": staleness})
     return config.model_copy(update={"workers": workers, "staleness": staleness_section})
 
 
-def _plan(config: RunConfig, kind: str, generators: int, trainer: int, generator: int,
-          staleness: int, prediction: dict[str, Any] | None = None) -> Plan:  # fmt: skip
+def _plan(
+    config: RunConfig,
+    kind: str,
+    generators: int,
+    trainer: int,
+    generator: int,
+    staleness: int,
+    prediction: dict[str, Any] | None = None,
+) -> Plan:
     laid = _laid_out(config, generators, trainer, generator, staleness)
     cores = config.workers.num_cores or usable_cores()
     usable = sorted(os.sched_getaffinity(0))[:cores]
     pins = {}
     if kind == "split" and config.workers.pin_cores:
         pins = pin_cores(usable, trainer, generator, generators)
-    overrides = {"LLAMARL__WORKERS__LAYOUT": kind,
-                 "LLAMARL__WORKERS__NUM_GENERATORS": str(generators),
-                 "LLAMARL__STALENESS__MAX_STALENESS": str(staleness)}  # fmt: skip
+    overrides = {
+        "LLAMARL__WORKERS__LAYOUT": kind,
+        "LLAMARL__WORKERS__NUM_GENERATORS": str(generators),
+        "LLAMARL__STALENESS__MAX_STALENESS": str(staleness),
+    }
     return Plan(laid, CoreSplit(trainer, generator, None, pins), kind, overrides, prediction)
 
 
@@ -88,8 +100,14 @@ def colocated(config: RunConfig) -> Plan:
 def split(config: RunConfig) -> Plan:
     threads = plan_threads(config)
     workers = config.workers
-    plan = _plan(config, "split", workers.num_generators, threads.trainer_threads,
-                 threads.generator_threads, config.staleness.max_staleness)  # fmt: skip
+    plan = _plan(
+        config,
+        "split",
+        workers.num_generators,
+        threads.trainer_threads,
+        threads.generator_threads,
+        config.staleness.max_staleness,
+    )
     return Plan(plan.config, threads, "split", plan.overrides)
 
 
@@ -100,8 +118,10 @@ def profiled(config_path: str) -> dict[str, Any]:
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ConfigError(f"layout auto: profiling the config failed ({last}); set "
-                          "workers.layout: split (or colocated) to start without a profile")  # fmt: skip
+        raise ConfigError(
+            f"layout auto: profiling the config failed ({last}); set "
+            "workers.layout: split (or colocated) to start without a profile"
+        )
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
@@ -109,13 +129,13 @@ def profiled(config_path: str) -> dict[str, Any]:
 def _describe(row: dict[str, Any]) -> str:
     if row["colocated"]:
         return f"colocated ({row['trainer_threads']} threads each, in turn)"
-    return (f"{row['num_generators']} generator(s) x {row['generator_threads']} thread(s), "
-            f"trainer {row['trainer_threads']} thread(s), max_staleness {row['max_staleness']}")  # fmt: skip
+    return (
+        f"{row['num_generators']} generator(s) x {row['generator_threads']} thread(s), "
+        f"trainer {row['trainer_threads']} thread(s), max_staleness {row['max_staleness']}"
+    )
 
 
-def _print_choice(
-    best: dict[str, Any], sync_s: float, in_turn: bool, others: list[dict[str, Any]]
-) -> None:
+def _print_choice(best: dict[str, Any], sync_s: float, in_turn: bool, others: list[dict[str, Any]]) -> None:
     if in_turn:
         print(
             f"layout auto: colocated (takes turns like lock-step and keeps checkpoints, --resume "
@@ -139,49 +159,72 @@ def auto(config: RunConfig, config_path: str) -> Plan:
     from llamarl.sim.predict import TIE, layout_of, lengths_of, recommend, sweep
 
     workers = config.workers
-    explicit = workers.model_fields_set & {"num_generators", "trainer_threads",
-                                           "generator_threads"}  # fmt: skip
+    explicit = workers.model_fields_set & {"num_generators", "trainer_threads", "generator_threads"}
     if {"trainer_threads", "generator_threads"} <= explicit:
         return split(config)
-    print(f"layout auto: profiling {config_path} on this machine (cached after the first run)",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"layout auto: profiling {config_path} on this machine (cached after the first run)",
+        file=sys.stderr,
+        flush=True,
+    )
     measured = profiled(config_path)
     costs = Costs.load(Path(measured["profile"]))
     cores = workers.num_cores or usable_cores()
     lengths = lengths_of(config, None, 0.0, costs.completion_lengths)
-    result = sweep(layout_of(config, cores, costs), costs, lengths, SIMULATED_STEPS, cores,
-                   max_staleness=config.staleness.max_staleness)  # fmt: skip
-    rows = [r for r in result["layouts"] if all(r[name] == getattr(workers, name)
-                                                 for name in explicit) or r["colocated"]]  # fmt: skip
+    result = sweep(
+        layout_of(config, cores, costs),
+        costs,
+        lengths,
+        SIMULATED_STEPS,
+        cores,
+        max_staleness=config.staleness.max_staleness,
+    )
+    rows = [
+        r for r in result["layouts"] if all(r[name] == getattr(workers, name) for name in explicit) or r["colocated"]
+    ]
     sync_s = result["sync_s_per_step"]
     best = recommend(rows, TIE)
     in_turn = best["s_per_step"] * (1 + MARGIN) > sync_s
     if in_turn:  # no overlap worth its risk: take turns, in the async run that keeps its state
         best = next(r for r in rows if r["colocated"])
     others = [r for r in rows if r is not best][:SHOWN]
-    prediction = {"chosen": best, "sync_s_per_step": sync_s, "colocated_for_lockstep": in_turn,
-                  "alternatives": others, "profile": measured["profile"],
-                  "profile_cached": measured["cached"], "profile_s": measured["seconds"]}  # fmt: skip
+    prediction = {
+        "chosen": best,
+        "sync_s_per_step": sync_s,
+        "colocated_for_lockstep": in_turn,
+        "alternatives": others,
+        "profile": measured["profile"],
+        "profile_cached": measured["cached"],
+        "profile_s": measured["seconds"],
+    }
     _print_choice(best, sync_s, in_turn, others)
     kind = "colocated" if best["colocated"] else "split"
-    return _plan(config, kind, best["num_generators"], best["trainer_threads"],
-                 best["generator_threads"], best["max_staleness"], prediction)  # fmt: skip
+    return _plan(
+        config,
+        kind,
+        best["num_generators"],
+        best["trainer_threads"],
+        best["generator_threads"],
+        best["max_staleness"],
+        prediction,
+    )
 
 
 def plan_layout(config: RunConfig, config_path: str, launcher: str = "local") -> Plan:
     """The layout `llamarl run` starts (under Ray, unpinned: Ray places the roles, not this
     host); written to RUN_DIR/layout.json."""
     layout = config.workers.layout
-    plan = {"split": split, "colocated": colocated}[layout](config) if layout != "auto" else (
-        auto(config, config_path)
-    )  # fmt: skip
+    plan = {"split": split, "colocated": colocated}[layout](config) if layout != "auto" else (auto(config, config_path))
     if launcher == "ray":
         plan = replace(plan, split=replace(plan.split, pins={}))
-    record = {"layout": layout, "kind": plan.kind,
-              "num_generators": plan.config.workers.num_generators,
-              "trainer_threads": plan.split.trainer_threads,
-              "generator_threads": plan.split.generator_threads,
-              "max_staleness": plan.config.staleness.max_staleness,
-              "prediction": plan.prediction}  # fmt: skip
+    record = {
+        "layout": layout,
+        "kind": plan.kind,
+        "num_generators": plan.config.workers.num_generators,
+        "trainer_threads": plan.split.trainer_threads,
+        "generator_threads": plan.split.generator_threads,
+        "max_staleness": plan.config.staleness.max_staleness,
+        "prediction": plan.prediction,
+    }
     (Path(config.run_dir) / "layout.json").write_text(json.dumps(record, indent=2) + "\n")
     return plan

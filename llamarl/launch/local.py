@@ -109,10 +109,14 @@ def local_spawn(config: RunConfig, run_dir: Path, env: dict[str, str], config_pa
 
     def spawn(role: str, worker_id: str) -> LocalProcess:
         with open(run_dir / "logs" / f"{worker_id}.log", "ab") as log_file:
-            return LocalProcess(supervise.start(
-                worker_command(config, role, worker_id, config_path),
-                env=env, stdout=log_file, stderr=subprocess.STDOUT,
-            ))  # fmt: skip
+            return LocalProcess(
+                supervise.start(
+                    worker_command(config, role, worker_id, config_path),
+                    env=env,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                )
+            )
 
     return spawn
 
@@ -146,18 +150,21 @@ def prepare_run_dir(config: RunConfig, resume: bool) -> Path:
 def worker_env(split: CoreSplit, services: dict[str, str]) -> dict[str, str]:
     """The environment of every worker process: this one's, the embedded services' addresses
     and the thread counts of the cores split."""
-    log.info("cores split", trainer_threads=split.trainer_threads,
-             generator_threads=split.generator_threads, pins=split.pins)  # fmt: skip
-    return {**os.environ, **services,
-            "LLAMARL__WORKERS__TRAINER_THREADS": str(split.trainer_threads),
-            "LLAMARL__WORKERS__GENERATOR_THREADS": str(split.generator_threads)}  # fmt: skip
+    log.info(
+        "cores split", trainer_threads=split.trainer_threads, generator_threads=split.generator_threads, pins=split.pins
+    )
+    return {
+        **os.environ,
+        **services,
+        "LLAMARL__WORKERS__TRAINER_THREADS": str(split.trainer_threads),
+        "LLAMARL__WORKERS__GENERATOR_THREADS": str(split.generator_threads),
+    }
 
 
 def worker_command(config: RunConfig, role: str, worker_id: str, config_path: str) -> list[str]:
     """The command line of one role's process: `python -m workers.<role>`, or for a trainer of
     several ranks that under torchrun (`--standalone`: its own rendezvous on a free port)."""
-    command = ["-m", f"workers.{role}", "--config", config_path, "--worker-id", worker_id,
-               "--log-format", "json"]  # fmt: skip
+    command = ["-m", f"workers.{role}", "--config", config_path, "--worker-id", worker_id, "--log-format", "json"]
     ranks = config.trainer.ranks
     if role == "trainer" and ranks > 1:
         torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
@@ -173,10 +180,7 @@ def check_devices(config: RunConfig, mode: str, launcher: str = "local") -> None
     if launcher == "local":
         check_local_gpus(config)
     if mode == "sync" and config.trainer.ranks > 1:
-        raise ConfigError(
-            "trainer.ranks: the synchronous baseline runs one trainer process; set it to 1 "
-            "or run async"
-        )
+        raise ConfigError("trainer.ranks: the synchronous baseline runs one trainer process; set it to 1 or run async")
     gen = config.generation
     if mode == "sync" and (gen.device, gen.dtype) != (config.trainer.device, config.trainer.dtype):
         raise ConfigError(
@@ -187,8 +191,7 @@ def check_devices(config: RunConfig, mode: str, launcher: str = "local") -> None
 
 def check_local_gpus(config: RunConfig) -> None:
     """ConfigError naming the field when this machine lacks the GPUs the roles ask for."""
-    for field, device in (("trainer.device", config.trainer.device),
-                          ("generation.device", config.generation.device)):  # fmt: skip
+    for field, device in (("trainer.device", config.trainer.device), ("generation.device", config.generation.device)):
         if device == "cuda" and not torch.cuda.is_available():
             raise ConfigError(f"{field}: cuda, but this machine has no CUDA device; set cpu")
     ranks, gpus = config.trainer.ranks, torch.cuda.device_count()
@@ -201,7 +204,8 @@ def check_local_gpus(config: RunConfig) -> None:
 
 def preflight(config: RunConfig, mode: str, launcher: str = "local") -> None:
     """What a launch can tell is wrong before it starts anything (ConfigError naming the field):
-    a loss or advantage of the user's that returns nonsense (`llamarl.algorithms.user`); bad data, or a reward function that returns nonsense (`data_checks`); a model, reward-model
+    a loss or advantage of the user's that returns nonsense (`llamarl.algorithms.user`); bad
+    data, or a reward function that returns nonsense (`data_checks`); a model, reward-model
     or judge path that is not a model directory; a vLLM engine this machine or model cannot
     run (`engine_checks`); CURVE keys that are not
     there; a metrics sink whose package is missing; an environment class or agent function that cannot be imported
@@ -238,8 +242,7 @@ def check_redis(config: RunConfig, url: str, timeout_s: float = 3.0) -> None:
         probe.ping()
     except ConnectionError as err:
         raise ConnectionError(
-            f"redis.url {url}: no answer within {timeout_s:g} s ({err}); start Redis there or "
-            "fix redis.url"
+            f"redis.url {url}: no answer within {timeout_s:g} s ({err}); start Redis there or fix redis.url"
         ) from None
     finally:
         probe.close()
@@ -266,10 +269,7 @@ def stop_all(children: list[Child]) -> dict[str, int]:
         if child.process.poll() is None:
             child.process.terminate()
     deadline = time.monotonic() + STOP_TIMEOUT_S
-    return {
-        child.worker_id: child.process.stop(max(0.1, deadline - time.monotonic()))
-        for child in children
-    }
+    return {child.worker_id: child.process.stop(max(0.1, deadline - time.monotonic())) for child in children}
 
 
 class Supervisor:
@@ -386,9 +386,13 @@ def run_roles(
     """Start the trainer, generators and reward workers, supervise them to the end, print the
     JSON summary (with the ledger and the restarts) as the last stdout line. Exit code."""
     run_dir = Path(config.run_dir)
-    print(f"run {config.run_id}: Redis at {without_password(redis_url)}; watch it with "
-          f"LLAMARL_REDIS_URL={without_password(redis_url)} LLAMARL_RUN_ID={config.run_id} "
-          "llamarl monitor", file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"run {config.run_id}: Redis at {without_password(redis_url)}; watch it with "
+        f"LLAMARL_REDIS_URL={without_password(redis_url)} LLAMARL_RUN_ID={config.run_id} "
+        "llamarl monitor",
+        file=sys.stderr,
+        flush=True,
+    )
     store = RedisStore(redis_url, config.run_id, config.redis.connect_deadline_s)
     # The watch loop's reads give up fast, so a dead Redis of the run's own is restarted soon.
     watch = RedisStore(redis_url, config.run_id, connect_deadline_s=WATCH_DEADLINE_S)

@@ -82,8 +82,7 @@ def check_launcher(launcher: str, mode: str) -> None:
         return
     if mode == "sync":
         raise ConfigError(
-            "--launcher ray starts the async roles as Ray actors; --mode sync runs in this "
-            "process: drop one of them"
+            "--launcher ray starts the async roles as Ray actors; --mode sync runs in this process: drop one of them"
         )
     try:
         import ray  # noqa: F401
@@ -94,9 +93,11 @@ def check_launcher(launcher: str, mode: str) -> None:
 def worker_roles(config: RunConfig) -> list[tuple[str, str]]:
     """(role, worker id) of every worker of an async run, in the order they start."""
     workers = config.workers
-    return [("trainer", "trainer"),
-            *[("generator", f"generator-{i}") for i in range(workers.num_generators)],
-            *[("reward", f"reward-{i}") for i in range(workers.num_reward)]]  # fmt: skip
+    return [
+        ("trainer", "trainer"),
+        *[("generator", f"generator-{i}") for i in range(workers.num_generators)],
+        *[("reward", f"reward-{i}") for i in range(workers.num_reward)],
+    ]
 
 
 def role_resources(config: RunConfig, split: CoreSplit, role: str) -> Resources:
@@ -128,9 +129,12 @@ class RoleActor:
         # the child's die-with-parent arming lasts as long as the actor.
         with open(log_path, "ab") as log_file:
             self.process = supervise.start(
-                command, env={**os.environ, **env}, cwd=cwd,
-                stdout=log_file, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                command,
+                env={**os.environ, **env},
+                cwd=cwd,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )
 
     def pid(self) -> int:
         return self.process.pid
@@ -213,9 +217,7 @@ class RaySpawner:
     """`spawn(role, worker_id)` of the Ray launcher: a new `RoleActor` for the worker, named
     `<run_id>.<worker_id>.<incarnation>` in the `llamarl` namespace (a restart is a new one)."""
 
-    def __init__(
-        self, config: RunConfig, split: CoreSplit, env: dict[str, str], config_path: str
-    ) -> None:
+    def __init__(self, config: RunConfig, split: CoreSplit, env: dict[str, str], config_path: str) -> None:
         self.config = config
         self.split = split
         # Only the run's own variables: the rest of this host's environment (PATH,
@@ -251,8 +253,14 @@ class RaySpawner:
             )
         )
         process = RayProcess(actor, worker_id, request)
-        log.info("role actor", worker_id=worker_id, pid=process.pid, incarnation=incarnation,
-                 num_cpus=request.num_cpus, num_gpus=request.num_gpus)  # fmt: skip
+        log.info(
+            "role actor",
+            worker_id=worker_id,
+            pid=process.pid,
+            incarnation=incarnation,
+            num_cpus=request.num_cpus,
+            num_gpus=request.num_gpus,
+        )
         return process
 
 
@@ -266,9 +274,14 @@ def connect(address: str | None, num_cpus: int) -> None:
     sigterm = signal.getsignal(signal.SIGTERM)  # ray.init replaces the launcher's
     try:
         if address is None:
-            ray.init(address="local", namespace=NAMESPACE, num_cpus=num_cpus,
-                     object_store_memory=OBJECT_STORE_BYTES, include_dashboard=False,
-                     logging_level=logging.WARNING)  # fmt: skip
+            ray.init(
+                address="local",
+                namespace=NAMESPACE,
+                num_cpus=num_cpus,
+                object_store_memory=OBJECT_STORE_BYTES,
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+            )
         else:
             ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING)
     finally:

@@ -12,11 +12,7 @@ def startup_summary(config: RunConfig, layout: str) -> str:
     """The summary of a run laid out as `layout` (`sync`: the lock-step loop of --mode sync)."""
     trainer, task = config.trainer, config.task
     model = config.model.path or "the built character model"
-    warm = (
-        f"warm start: {trainer.sft_steps} supervised steps first"
-        if trainer.sft_steps
-        else "no warm start"
-    )
+    warm = f"warm start: {trainer.sft_steps} supervised steps first" if trainer.sft_steps else "no warm start"
     lines = [f"run {config.run_id}: {model} ({warm}), {_layout(layout)}"]
     if layout == "sync":
         lines.append(
@@ -32,8 +28,7 @@ def startup_summary(config: RunConfig, layout: str) -> str:
         lines.append("  keeps: the Redis ledger; no checkpoints (trainer.checkpoint_every 0)")
     scorer = task.reward or task.verifier
     lines.append(
-        f"  evaluates every {trainer.eval_every} steps: held-out prompts (up to "
-        f"{task.num_eval}, greedy, {scorer})"
+        f"  evaluates every {trainer.eval_every} steps: held-out prompts (up to {task.num_eval}, greedy, {scorer})"
     )
     lines += [f"    set {each.name}: {_set(each, scorer)}" for each in config.evaluation.sets]
     lines.append(_engine(config))

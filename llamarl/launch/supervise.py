@@ -52,9 +52,7 @@ def die_with_parent() -> None:
     _die_with(parent)()
 
 
-def start(
-    args: Sequence[str], *, die_with_parent: bool = True, **popen: Any
-) -> subprocess.Popen[Any]:
+def start(args: Sequence[str], *, die_with_parent: bool = True, **popen: Any) -> subprocess.Popen[Any]:
     """`subprocess.Popen(args, **popen)` in a new session. With `die_with_parent` (Linux) the
     kernel SIGKILLs the child when the *thread* that called `start` exits, so call it from a
     thread that lives as long as the child should (the main thread, normally)."""

@@ -70,9 +70,7 @@ def _generate(generator: Generator, trainer: Trainer, timeout_s: float) -> None:
         wait_ms = WAIT_MS
 
 
-def _fill_step(
-    generator: Generator, scorer: RewardScorer, trainer: Trainer, timeout_s: float
-) -> dict[str, float]:
+def _fill_step(generator: Generator, scorer: RewardScorer, trainer: Trainer, timeout_s: float) -> dict[str, float]:
     """Generate and score batches until the trainer holds a step's groups; each batch after the
     first replaces groups that dynamic sampling skipped. The phase seconds, summed."""
     phases = {"generate_s": 0.0, "score_s": 0.0}
@@ -112,11 +110,9 @@ def run_sync(config: RunConfig) -> dict[str, Any]:
 
         return RoleRuntime(role, config, worker_id, store, bus(), rejections, bus)
 
-    runtimes = [runtime("trainer", "trainer"), runtime("generator", "generator-0"),
-                runtime("reward", "reward-0")]  # fmt: skip
+    runtimes = [runtime("trainer", "trainer"), runtime("generator", "generator-0"), runtime("reward", "reward-0")]
     trainer_rt, generator_rt, reward_rt = runtimes
-    trainer = build.trainer(trainer_rt, make_publisher(config.sync, config.run_id),
-                            evaluates_all=True)  # fmt: skip
+    trainer = build.trainer(trainer_rt, make_publisher(config.sync, config.run_id), evaluates_all=True)
     receiver = make_receiver(config.sync, generator_rt.worker_id)
     generator = build.generator(generator_rt, receiver, policy=trainer.policy, evaluates=False)
     scorer = build.reward(reward_rt)

@@ -51,8 +51,7 @@ def write_episodes(run_dirs: list[Path], out: Path) -> Path | None:
         lines.append(f"# {run_dir.name}")
         chosen = [evaluations[0], evaluations[-1]] if len(evaluations) > 1 else evaluations
         for evaluation in chosen:
-            lines += ["", f"## step {evaluation['step']}: held-out accuracy "
-                          f"{evaluation['accuracy']}", ""]  # fmt: skip
+            lines += ["", f"## step {evaluation['step']}: held-out accuracy {evaluation['accuracy']}", ""]
             for sample in evaluation["samples"]:
                 lines += _episode(sample)
     if not lines:

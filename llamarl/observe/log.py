@@ -15,9 +15,7 @@ import structlog
 LogFormat = Literal["auto", "console", "json"]
 
 
-def configure_logging(
-    role: str, worker_id: str, fmt: LogFormat = "auto", level: str = "info"
-) -> None:
+def configure_logging(role: str, worker_id: str, fmt: LogFormat = "auto", level: str = "info") -> None:
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer()
@@ -30,9 +28,7 @@ def configure_logging(
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-        ),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )

@@ -25,10 +25,7 @@ def numeric(record: dict[str, Any]) -> dict[str, float]:
     return {
         key: float(value)
         for key, value in record.items()
-        if key != "step"
-        and isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
+        if key != "step" and isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     }
 
 
@@ -78,8 +75,7 @@ def check_sinks(config: LoggingConfig) -> None:
     for name, on in wanted.items():
         if on and importlib.util.find_spec(name) is None:
             raise ConfigError(
-                f"logging.{name}: the {name} package is not installed; "
-                f"pip install 'llamarl[{name}]' or switch it off"
+                f"logging.{name}: the {name} package is not installed; pip install 'llamarl[{name}]' or switch it off"
             )
 
 

@@ -31,8 +31,12 @@ class RuntimeCollector:
 
     def collect(self) -> Iterator[Metric]:
         runtime = self.runtime
-        values = {"busy_s": runtime.timer.busy_s, "idle_s": runtime.timer.idle_s,
-                  "bus_s": runtime.bus.busy_s, **dict(runtime.counters)}  # fmt: skip
+        values = {
+            "busy_s": runtime.timer.busy_s,
+            "idle_s": runtime.timer.idle_s,
+            "bus_s": runtime.bus.busy_s,
+            **dict(runtime.counters),
+        }
         labels = [runtime.config.run_id, runtime.role, runtime.worker_id]
         for name, value in sorted(values.items()):
             family = GaugeMetricFamily(metric_name(name), f"worker counter {name}", labels=LABELS)

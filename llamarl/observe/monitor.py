@@ -77,9 +77,13 @@ def main(args: argparse.Namespace) -> int:
             if store.has_keys():
                 print(snapshot(store, config.trainer.num_steps), flush=True)
             else:
-                print(f"monitor: run {config.run_id} has no keys in the Redis at "
-                      f"{without_password(config.redis.url)}; check run_id (or LLAMARL_RUN_ID), or wait for the "
-                      "run to start", file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"monitor: run {config.run_id} has no keys in the Redis at "
+                    f"{without_password(config.redis.url)}; check run_id (or LLAMARL_RUN_ID), or wait for the "
+                    "run to start",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 if args.once:
                     return 1
             if args.once:

@@ -40,8 +40,7 @@ MISMATCH = (
 
 
 def _rolling_mean(values: list[float]) -> list[float]:
-    return [sum(values[max(0, i - SMOOTH + 1) : i + 1]) / min(i + 1, SMOOTH)
-            for i in range(len(values))]  # fmt: skip
+    return [sum(values[max(0, i - SMOOTH + 1) : i + 1]) / min(i + 1, SMOOTH) for i in range(len(values))]
 
 
 @dataclass(frozen=True)
@@ -65,9 +64,7 @@ def load_run(run_dir: Path) -> Run:
     summary = run_dir / "summary.json"
     mode = json.loads(summary.read_text()).get("mode") if summary.exists() else None
     staleness = Counter(int(e["staleness"]) for e in _jsonl(run_dir / "trained.jsonl"))
-    timers = {
-        p.stem: json.loads(p.read_text()) for p in sorted((run_dir / "timers").glob("*.json"))
-    }
+    timers = {p.stem: json.loads(p.read_text()) for p in sorted((run_dir / "timers").glob("*.json"))}
     name = f"{run_dir.name} ({mode})" if mode else run_dir.name
     return Run(name, records, staleness, timers)
 
@@ -86,15 +83,18 @@ def _learning(runs: list[Run], out: Path) -> None:
         for column, x in enumerate(("step", "rl_s")):
             rewards = _rolling_mean([r["reward_mean"] for r in run.records])
             axes[0][column].plot([r.get(x, 0) for r in run.records], rewards, label=run.name)
-            axes[1][column].plot([_at(r, x) for r in evaluated],
-                                 [r["held_out_accuracy"] for r in evaluated], marker="o",
-                                 label=run.name)  # fmt: skip
+            axes[1][column].plot(
+                [_at(r, x) for r in evaluated], [r["held_out_accuracy"] for r in evaluated], marker="o", label=run.name
+            )
             first = [r for r in evaluated if "held_out_first_turn_accuracy" in r]
             if first:  # episodes: right at the first turn, against right by the last
-                axes[1][column].plot([_at(r, x) for r in first],
-                                     [r["held_out_first_turn_accuracy"] for r in first],
-                                     linestyle="--", marker=".",
-                                     label=f"{run.name}, first turn")  # fmt: skip
+                axes[1][column].plot(
+                    [_at(r, x) for r in first],
+                    [r["held_out_first_turn_accuracy"] for r in first],
+                    linestyle="--",
+                    marker=".",
+                    label=f"{run.name}, first turn",
+                )
     for row, quantity in enumerate((f"reward (mean of {SMOOTH} steps)", "held-out accuracy")):
         axes[row][0].set_ylabel(quantity)
         for column, x_label in enumerate(("step", "RL wall time, s")):
@@ -149,8 +149,9 @@ def _staleness(runs: list[Run], out: Path) -> None:
     width = 0.8 / len(runs)
     for index, run in enumerate(runs):
         lags = sorted(run.staleness)
-        axis.bar([lag + index * width for lag in lags], [run.staleness[lag] for lag in lags],
-                 width=width, label=run.name)  # fmt: skip
+        axis.bar(
+            [lag + index * width for lag in lags], [run.staleness[lag] for lag in lags], width=width, label=run.name
+        )
     axis.set_xlabel("staleness of a trained group (versions)")
     axis.set_ylabel("trained groups")
     axis.legend()
@@ -159,8 +160,11 @@ def _staleness(runs: list[Run], out: Path) -> None:
 
 
 def _roles(runs: list[Run], out: Path) -> None:
-    bars = [(f"{run.name}: {worker}", timer["busy_s"], timer["idle_s"])
-            for run in runs for worker, timer in run.timers.items()]  # fmt: skip
+    bars = [
+        (f"{run.name}: {worker}", timer["busy_s"], timer["idle_s"])
+        for run in runs
+        for worker, timer in run.timers.items()
+    ]
     figure = Figure(figsize=(9, 1 + 0.4 * max(len(bars), 1)))
     axis = figure.subplots()
     labels = [label for label, _, _ in bars]

@@ -43,11 +43,7 @@ class Progress:
         self.clock = clock
         self._last = clock()
         stream = sys.stderr if stream is None else stream
-        self.bar = (
-            tqdm(total=total, desc=label, file=stream, leave=not transient)
-            if stream.isatty()
-            else None
-        )
+        self.bar = tqdm(total=total, desc=label, file=stream, leave=not transient) if stream.isatty() else None
 
     def update(self, amount: int = 1, **status: Any) -> None:
         self.done += amount

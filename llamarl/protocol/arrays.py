@@ -36,9 +36,7 @@ class TypedArray:
         return cls(name, tuple(int(d) for d in array.shape), contiguous.tobytes())
 
     def to_numpy(self) -> np.ndarray:
-        return np.frombuffer(self.data, dtype=np.dtype(ALLOWED_DTYPES[self.dtype])).reshape(
-            self.shape
-        )
+        return np.frombuffer(self.data, dtype=np.dtype(ALLOWED_DTYPES[self.dtype])).reshape(self.shape)
 
     def to_wire(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "shape": list(self.shape), "data": self.data}

@@ -69,9 +69,7 @@ def decode(data: bytes, max_bytes: int) -> Envelope:
     wire = _unpack(data, max_bytes)
     if type(wire) is not dict or wire.keys() != ENVELOPE_KEYS:
         raise ProtocolError("bad_schema", "not an envelope")
-    header = {
-        name: scalar(wire[name], typ, f"envelope.{name}") for name, typ in HEADER_TYPES.items()
-    }
+    header = {name: scalar(wire[name], typ, f"envelope.{name}") for name, typ in HEADER_TYPES.items()}
     if type(wire["payload"]) is not dict:
         raise ProtocolError("bad_schema", "envelope.payload: expected dict")
     if header["schema_version"] != SCHEMA_VERSION:

@@ -26,9 +26,7 @@ def _check_record(record: Any, index: int) -> None:
     if not isinstance(end, str) or not isinstance(turns, list):
         raise _bad(f"episode {index}: end must be text and turns a list")
     for turn in turns:
-        if not isinstance(turn, dict) or not all(
-            isinstance(turn.get(key), str) for key in ("role", "content")
-        ):
+        if not isinstance(turn, dict) or not all(isinstance(turn.get(key), str) for key in ("role", "content")):
             raise _bad(f"episode {index}: every turn needs a role and content")
 
 

@@ -52,10 +52,7 @@ def scalar(value: Any, typ: type, path: str) -> Any:
 def _mapping(value: Any, value_type: type, path: str) -> dict[str, Any]:
     if not isinstance(value, dict) or len(value) > MAX_MAP_ITEMS:
         raise ProtocolError("bad_schema", f"{path}: expected a map of at most {MAX_MAP_ITEMS}")
-    return {
-        scalar(k, str, f"{path}.<key>"): scalar(v, value_type, f"{path}.{k}")
-        for k, v in value.items()
-    }
+    return {scalar(k, str, f"{path}.<key>"): scalar(v, value_type, f"{path}.{k}") for k, v in value.items()}
 
 
 Converter = Callable[[Any, str], Any]

@@ -194,10 +194,7 @@ def _argument_names(function: Callable[..., Any], spec: str) -> tuple[str, ...] 
         return named
     kinds = [p.kind for p in parameters]
     by_position = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    if (
-        sum(kind in by_position for kind in kinds) < 2
-        and inspect.Parameter.VAR_POSITIONAL not in kinds
-    ):
+    if sum(kind in by_position for kind in kinds) < 2 and inspect.Parameter.VAR_POSITIONAL not in kinds:
         raise ConfigError(
             f"task.reward {spec}: takes none of {', '.join(ARGUMENTS)}; name the arguments it "
             "needs (for example def reward(completion, answer, row))"
@@ -223,15 +220,11 @@ def check_reward(task: TaskConfig, sample: Sample, where: str) -> None:
             outcome_of(each, reward.weights)
     except BadReturn as err:
         raise ConfigError(
-            f"task.reward {task.reward} returned {err} for {where}; return a float or a dict "
-            "of named floats"
+            f"task.reward {task.reward} returned {err} for {where}; return a float or a dict of named floats"
         ) from None
     except RewardTimeout:
         raise ConfigError(
-            f"task.reward {task.reward} took longer than task.reward_timeout_s "
-            f"({task.reward_timeout_s:g} s) on {where}"
+            f"task.reward {task.reward} took longer than task.reward_timeout_s ({task.reward_timeout_s:g} s) on {where}"
         ) from None
     except Exception as err:  # user code failing on a real row: worth a line before anything starts
-        raise ConfigError(
-            f"task.reward {task.reward}: raised {type(err).__name__} on {where} ({err})"
-        ) from None
+        raise ConfigError(f"task.reward {task.reward}: raised {type(err).__name__} on {where} ({err})") from None

@@ -113,9 +113,7 @@ class EventLoop:
                 cls._shared = cls()
             return cls._shared
 
-    def await_all(
-        self, timeout_s: float, calls: Sequence[Callable[[], Awaitable[T]]]
-    ) -> list[T | BaseException]:
+    def await_all(self, timeout_s: float, calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | BaseException]:
         """Each call's awaited result, all awaited at once, each cut after `timeout_s`; a call
         that raised (RewardTimeout for one cut) gives its exception in its place."""
 

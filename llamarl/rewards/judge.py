@@ -74,9 +74,7 @@ def _load(model: str) -> tuple[Any, Any]:
     hf_logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=True)
-        causal_lm = AutoModelForCausalLM.from_pretrained(
-            model, local_files_only=True, dtype=torch.float32
-        )
+        causal_lm = AutoModelForCausalLM.from_pretrained(model, local_files_only=True, dtype=torch.float32)
     except (OSError, ValueError, KeyError) as err:  # refused as config, in one line
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConfigError(f"task.judge.model {model}: not a loadable causal LM ({first})") from None

@@ -45,8 +45,7 @@ class RewardModelScorer:
         )
         if self.model.config.num_labels != 1:
             raise ConfigError(
-                f"task.reward_model {path}: a reward model has one label, this one has "
-                f"{self.model.config.num_labels}"
+                f"task.reward_model {path}: a reward model has one label, this one has {self.model.config.num_labels}"
             )
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -70,13 +69,12 @@ class RewardModelScorer:
                         ],
                         tokenize=False,
                     )
-                )  # fmt: skip
+                )
                 for completion in completions
             ]
             batch = tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
         else:
-            batch = tokenizer([prompt] * len(completions), completions, padding=True,
-                              return_tensors="pt")  # fmt: skip
+            batch = tokenizer([prompt] * len(completions), completions, padding=True, return_tensors="pt")
         with torch.inference_mode():
             logits = self.model(**batch).logits
         return logits[:, 0].float().numpy()

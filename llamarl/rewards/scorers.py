@@ -61,18 +61,14 @@ class VerifierScorer:
         rewards = [self.function(text, group.answer) for text in texts]
         return Scores(np.array(rewards, dtype=np.float32))
 
-    def score_texts(
-        self, example: Example, texts: Sequence[str], turns: Sequence[Sequence[Any]]
-    ) -> list[float]:
+    def score_texts(self, example: Example, texts: Sequence[str], turns: Sequence[Sequence[Any]]) -> list[float]:
         return [self.function(text, example.answer) for text in texts]
 
 
 class SampleScorer:
     """The user's `task.reward`, given each completion with its prompt, data row and turns."""
 
-    def __init__(
-        self, reward: UserReward, example_of: Callable[[int], Example] | None = None
-    ) -> None:
+    def __init__(self, reward: UserReward, example_of: Callable[[int], Example] | None = None) -> None:
         self.reward = reward
         self.example_of = example_of
         """The training example of a group's prompt index (its row); None: evaluation only."""
@@ -93,20 +89,13 @@ class SampleScorer:
                 components[name] = components.get(name, 0.0) + part / len(outcomes)
         return Scores(np.array([o.total for o in outcomes], dtype=np.float32), components)
 
-    def score_texts(
-        self, example: Example, texts: Sequence[str], turns: Sequence[Sequence[Any]]
-    ) -> list[float]:
+    def score_texts(self, example: Example, texts: Sequence[str], turns: Sequence[Sequence[Any]]) -> list[float]:
         outcomes = self.reward.score(_samples(example, texts, turns, example.prompt))
         return [outcome.total for outcome in outcomes]
 
 
-def _samples(
-    example: Example, texts: Sequence[str], turns: Sequence[Sequence[Any]], prompt: str
-) -> list[Sample]:
-    return [
-        Sample(text, example.answer, prompt, example.row, each)
-        for text, each in zip(texts, turns, strict=True)
-    ]
+def _samples(example: Example, texts: Sequence[str], turns: Sequence[Sequence[Any]], prompt: str) -> list[Sample]:
+    return [Sample(text, example.answer, prompt, example.row, each) for text, each in zip(texts, turns, strict=True)]
 
 
 def with_part(base: GroupScorer | None, group: RolloutGroup, name: str, part: np.ndarray) -> Scores:

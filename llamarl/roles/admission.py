@@ -32,12 +32,14 @@ def check_scored(scored: ScoredGroup, vocab_size: int, policy_version: int) -> N
     rewards = scored.rewards.to_numpy()
     prompt = group.prompt_tokens.to_numpy()
     if tokens.ndim != 2 or logprobs.shape != tokens.shape or versions.shape != tokens.shape:
-        raise ProtocolError("bad_shape", f"tokens {tokens.shape}, log-probs {logprobs.shape}, "
-                                         f"versions {versions.shape}")  # fmt: skip
+        raise ProtocolError(
+            "bad_shape", f"tokens {tokens.shape}, log-probs {logprobs.shape}, versions {versions.shape}"
+        )
     num_samples, width = tokens.shape
     if lengths.shape != (num_samples,) or rewards.shape != (num_samples,) or prompt.ndim != 1:
-        raise ProtocolError("bad_shape", f"lengths {lengths.shape}, rewards {rewards.shape} "
-                                         f"for {num_samples} completions")  # fmt: skip
+        raise ProtocolError(
+            "bad_shape", f"lengths {lengths.shape}, rewards {rewards.shape} for {num_samples} completions"
+        )
     if prompt.size == 0 or lengths.min(initial=0) < 0 or lengths.max(initial=0) > width:
         raise ProtocolError("bad_length", f"prompt {prompt.size} tokens, lengths {lengths}")
     real = np.arange(width)[None, :] < lengths[:, None]
@@ -52,9 +54,8 @@ def check_scored(scored: ScoredGroup, vocab_size: int, policy_version: int) -> N
     made_by = versions[real]
     if made_by.size and (made_by.min() < -1 or made_by.max() > policy_version):
         raise ProtocolError(
-            "bad_version", f"tokens of versions {made_by.min()}..{made_by.max()}, trainer at "
-                           f"{policy_version}"
-        )  # fmt: skip
+            "bad_version", f"tokens of versions {made_by.min()}..{made_by.max()}, trainer at {policy_version}"
+        )
     if (logprobs[real & (versions < 0)] != 0).any():
         raise ProtocolError("bad_logprob", "a token the model did not write has a log-prob")
     if group.episodes:

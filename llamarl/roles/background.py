@@ -17,9 +17,7 @@ T = TypeVar("T")
 
 
 class LatestOnly(Generic[T]):
-    def __init__(
-        self, name: str, handle: Callable[[T], None], discard: Callable[[T], None] = lambda _: None
-    ) -> None:
+    def __init__(self, name: str, handle: Callable[[T], None], discard: Callable[[T], None] = lambda _: None) -> None:
         self.handle = handle
         self.discard = discard
         self.num_handled = 0

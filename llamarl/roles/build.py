@@ -72,13 +72,10 @@ def connect(role: str, config: RunConfig, worker_id: str) -> RoleRuntime:
     """A runtime on the run's Redis and broker. Raises ConfigError when either is not set and
     ConnectionError when Redis stays unreachable past `redis.connect_deadline_s`."""
     if config.redis.url is None or config.broker.port is None:
-        raise ConfigError(
-            "redis.url and broker.port: a worker needs both (or LLAMARL_REDIS_URL, LLAMARL_BROKER)"
-        )
+        raise ConfigError("redis.url and broker.port: a worker needs both (or LLAMARL_REDIS_URL, LLAMARL_BROKER)")
     if len(worker_id) > MAX_WORKER_ID:
         raise ConfigError(
-            f"worker id {worker_id[:20]!r}... is {len(worker_id)} characters; at most "
-            f"{MAX_WORKER_ID} (set --worker-id)"
+            f"worker id {worker_id[:20]!r}... is {len(worker_id)} characters; at most {MAX_WORKER_ID} (set --worker-id)"
         )
     check_crosses_processes(config.sync)
     writable_run_dir(config)  # every role writes its timers there, the trainer its logs
@@ -98,8 +95,7 @@ def connect(role: str, config: RunConfig, worker_id: str) -> RoleRuntime:
             curve=curve,
         )
 
-    return RoleRuntime(role, config, worker_id, store, bus(), rejections, bus,
-                       bus_name=f"broker {endpoints}")  # fmt: skip
+    return RoleRuntime(role, config, worker_id, store, bus(), rejections, bus, bus_name=f"broker {endpoints}")
 
 
 def rejections_of(role: str, config: RunConfig, store: RejectCounts) -> Rejections:
@@ -155,9 +151,7 @@ def start_engine(config: RunConfig, policy: Policy, seed: int) -> VllmEngine:
     """A vLLM engine on `model.path`, holding `policy`'s weights."""
     assert config.model.path is not None  # preflight refuses vllm without one
     gen = config.generation
-    engine = VllmEngine.start(
-        str(model_directory(config.model.path)), gen.vllm, gen.device, policy.eos_id, seed
-    )
+    engine = VllmEngine.start(str(model_directory(config.model.path)), gen.vllm, gen.device, policy.eos_id, seed)
     engine.load(policy.model)
     return engine
 
@@ -194,9 +188,7 @@ def episode_runner(
     return EpisodeRunner(policy, factory, config.environment, decode)
 
 
-def text_scorer(
-    config: RunConfig, on_problem: Problem | None = None
-) -> SampleScorer | VerifierScorer:
+def text_scorer(config: RunConfig, on_problem: Problem | None = None) -> SampleScorer | VerifierScorer:
     """The task's verifier or the user's own function (`task.reward`, which reads a group's
     data row through the prompt set), for the reward role and the held-out score."""
     task = config.task
@@ -225,9 +217,7 @@ def scorer(
     if task.judge is not None:
         prompt_set = make_prompt_set(task, config.seed)
         with loading():
-            scorer = JudgeScorer(
-                task.judge, scorer, lambda index: prompt_set.train_item(index).row, on_problem
-            )
+            scorer = JudgeScorer(task.judge, scorer, lambda index: prompt_set.train_item(index).row, on_problem)
     return scorer
 
 
@@ -241,9 +231,7 @@ def reward(runtime: RoleRuntime) -> RewardScorer:
 
 
 def checkpoint_store(config: RunConfig) -> CheckpointStore:
-    return CheckpointStore(
-        Path(config.run_dir) / "checkpoints", config.run_id, config.trainer.keep_checkpoints
-    )
+    return CheckpointStore(Path(config.run_dir) / "checkpoints", config.run_id, config.trainer.keep_checkpoints)
 
 
 def learner(
@@ -264,9 +252,14 @@ def learner(
     gen = config.generation
     algorithm = config.algorithm.with_loss_constant(gen.max_new_tokens)
     built = Learner(
-        policy, algorithm, trainer_config, gen.temperature, reference,
-        min_new_tokens=gen.min_new_tokens, ranks=ranks,
-    )  # fmt: skip
+        policy,
+        algorithm,
+        trainer_config,
+        gen.temperature,
+        reference,
+        min_new_tokens=gen.min_new_tokens,
+        ranks=ranks,
+    )
     if restored is not None and restored.sharded:
         load_shards(built.policy.model, built.optimizer, restored.path)
     elif restored is not None and restored.optimizer_state is not None:
@@ -281,8 +274,7 @@ def learner(
     return built
 
 
-def shard_publisher(config: RunConfig, ranks: TrainerRanks | None,
-                    on_reject: RejectHook | None) -> WeightPublisher:  # fmt: skip
+def shard_publisher(config: RunConfig, ranks: TrainerRanks | None, on_reject: RejectHook | None) -> WeightPublisher:
     """This trainer rank's end of the weight transport, for its own shard of each version."""
     rows = config.trainer.sharding == "fsdp"
     shard = Shard(ranks.rank, ranks.world, rows) if ranks is not None else WHOLE
@@ -324,20 +316,17 @@ def trainer(
         with runtime.keep_alive("evaluating") as phase:
             return evaluation(phase.report)
 
-    checkpointer = Checkpointer(checkpoints, runtime.store, config.trainer.checkpoint_every,
-                                config.trainer.sharding == "fsdp", ranks)  # fmt: skip
+    checkpointer = Checkpointer(
+        checkpoints, runtime.store, config.trainer.checkpoint_every, config.trainer.sharding == "fsdp", ranks
+    )
     shared = None
     if not evaluates_all and shares_evaluations(config):
         counters = restored.state.counters if restored is not None else {}
         shared = TrainerEvaluations(runtime, evaluation, counters)
-    return Trainer(
-        runtime, learner_, publisher, checkpointer, evaluate_now, restored, started, ranks, shared
-    )
+    return Trainer(runtime, learner_, publisher, checkpointer, evaluate_now, restored, started, ranks, shared)
 
 
-def held_out_evaluation(
-    config: RunConfig, policy: Policy, on_problem: Problem | None = None
-) -> HeldOutSet:
+def held_out_evaluation(config: RunConfig, policy: Policy, on_problem: Problem | None = None) -> HeldOutSet:
     """The task's held-out prompts and the named evaluation sets (`evaluation.sets`), evaluated
     with `policy` (greedy, so every sharded rank takes the same steps; a set's samples seeded).
     The held-out score is the task's verifier's, or `task.reward`'s."""
@@ -349,19 +338,15 @@ def held_out_evaluation(
         with_env = runner
 
         def run_episodes(examples: Sequence[Example], listener: Listener | None) -> Evaluation:
-            return evaluate_episodes(with_env, examples, score, gen.max_new_tokens,
-                                     listener=listener)  # fmt: skip
+            return evaluate_episodes(with_env, examples, score, gen.max_new_tokens, listener=listener)
 
         return HeldOutSet(held_out, run_episodes)
 
     def run(examples: Sequence[Example], listener: Listener | None) -> Evaluation:
-        return evaluate(policy, examples, score, gen.max_new_tokens, gen.min_new_tokens,
-                        listener=listener)  # fmt: skip
+        return evaluate(policy, examples, score, gen.max_new_tokens, gen.min_new_tokens, listener=listener)
 
     def run_part(eval_set: EvalSet, first: int, examples: Sequence[Example]) -> SetSums:
-        return evaluate_set(
-            policy, eval_set, first, examples, gen.max_new_tokens, gen.min_new_tokens
-        )
+        return evaluate_set(policy, eval_set, first, examples, gen.max_new_tokens, gen.min_new_tokens)
 
     return HeldOutSet(held_out, run, eval_sets(config, on_problem), run_part)
 
@@ -406,7 +391,13 @@ def trainer_follower(config: RunConfig, ranks: TrainerRanks, store: RedisStore) 
     policy = restored.policy if restored is not None else make_policy(config.model, config.seed)
     policy = with_adapters(policy, config.model.lora, config.seed)
     overlong = overlong_shaping(config.sampling, config.generation.max_new_tokens, policy.eos_id)
-    return TrainerFollower(ranks, learner(config, policy, restored, ranks),
-                           shard_publisher(config, ranks, None), store,
-                           config.sync.timeout_s, held_out_evaluation(config, policy),
-                           checkpoints, overlong)  # fmt: skip
+    return TrainerFollower(
+        ranks,
+        learner(config, policy, restored, ranks),
+        shard_publisher(config, ranks, None),
+        store,
+        config.sync.timeout_s,
+        held_out_evaluation(config, policy),
+        checkpoints,
+        overlong,
+    )

@@ -95,9 +95,7 @@ class Generator:
         self.total_tickets = config.trainer.num_steps * config.trainer.prompts_per_step
         self.versions = runtime.bus.subscribe([VERSIONS])
         gen = config.generation
-        sampler = Sampler(
-            gen.num_samples, gen.max_new_tokens, gen.min_new_tokens, gen.temperature, gen.top_p, rng
-        )
+        sampler = Sampler(gen.num_samples, gen.max_new_tokens, gen.min_new_tokens, gen.temperature, gen.top_p, rng)
         self.in_flight: InFlight | None = None
         """The running batch (continuous batching); None: a static batch at a time."""
         if gen.batching == "continuous" and episodes is None:
@@ -156,9 +154,7 @@ class Generator:
             policy_version=self.policy_version,
         )
 
-    def completions(
-        self, tickets: list[Ticket], examples: list[Example]
-    ) -> tuple[list[RolloutGroup], int]:
+    def completions(self, tickets: list[Ticket], examples: list[Example]) -> tuple[list[RolloutGroup], int]:
         """One group per ticket, and the tokens the model wrote for them."""
         gen = self.runtime.config.generation
         pairs = [(t.ticket_id, t.attempt) for t in tickets]
@@ -191,9 +187,7 @@ class Generator:
         groups = pack_groups(self.policy, batch, examples, pairs, self.policy_version)
         return groups, int(batch.completion_mask.sum())
 
-    def drained(
-        self, tickets: list[Ticket], examples: list[Example]
-    ) -> tuple[list[RolloutGroup], int]:
+    def drained(self, tickets: list[Ticket], examples: list[Example]) -> tuple[list[RolloutGroup], int]:
         """A whole batch through the running batch, decoded until every group has ended."""
         assert self.in_flight is not None
         self.in_flight.admit(tickets, examples)
@@ -325,8 +319,7 @@ class Generator:
             done = in_flight.step(self.policy_version)
             runtime.add_time("sample_s", started)
             if done:
-                self.publish([f.ticket for f in done], [f.group for f in done],
-                             sum(f.num_tokens for f in done))  # fmt: skip
+                self.publish([f.ticket for f in done], [f.group for f in done], sum(f.num_tokens for f in done))
         if busy:
             runtime.timer.idle()
 
@@ -334,9 +327,7 @@ class Generator:
         runtime = self.runtime
         if self.in_flight is not None:
             self.stream()
-            return RoleResult(
-                runtime.role, runtime.worker_id, int(runtime.counters.get("groups", 0))
-            )
+            return RoleResult(runtime.role, runtime.worker_id, int(runtime.counters.get("groups", 0)))
         wait_ms = WAIT_MS  # no version yet: wait for the first one
         while not runtime.stopping:
             runtime.beat(policy_version=self.policy_version)

@@ -179,9 +179,7 @@ def parse(text: str) -> EvaluatedChunk:
     }
     for name, kind in fields.items():
         value = tree.get(name)
-        if isinstance(value, bool) or not isinstance(
-            value, (int, float) if kind is float else kind
-        ):
+        if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else kind):
             raise ValueError(f"{name}: {value!r} is not {kind.__name__}")
     first = tree.get("first_turn_accuracy")
     if first is not None and (isinstance(first, bool) or not isinstance(first, (int, float))):
@@ -206,8 +204,7 @@ def _set_sums(value: Any) -> dict[str, SetSums]:
         raise ValueError(f"sets: {value!r} is not an object")
     for name, sums in value.items():
         if not isinstance(sums, dict) or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-            for v in sums.values()
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in sums.values()
         ):
             raise ValueError(f"sets.{name}: not a map of numbers")
     return {name: {k: float(v) for k, v in sums.items()} for name, sums in value.items()}
@@ -276,15 +273,11 @@ class TrainerEvaluations:
     """The trainer's side: open the evaluation of each evaluation step's version (before it is
     announced), take part in it, and collect the evaluations whose every chunk has come in."""
 
-    def __init__(
-        self, runtime: RoleRuntime, held_out: HeldOutSet, counters: dict[str, float] | None = None
-    ) -> None:
+    def __init__(self, runtime: RoleRuntime, held_out: HeldOutSet, counters: dict[str, float] | None = None) -> None:
         self.runtime = runtime
         self.held_out = held_out
         self.opened: dict[int, int] = {
-            int(key[len(OPEN) :]): int(step)
-            for key, step in (counters or {}).items()
-            if key.startswith(OPEN)
+            int(key[len(OPEN) :]): int(step) for key, step in (counters or {}).items() if key.startswith(OPEN)
         }
         """Version -> the step whose evaluation it is, until it is recorded: this process's
         openings, and those a checkpoint it resumed from had not recorded yet (their chunks are
@@ -313,9 +306,7 @@ class TrainerEvaluations:
         store = self.runtime.store
         deadline = time.monotonic() + wait_s
         entries = store.evaluations(self.seen)
-        while (
-            self.seen + len(entries) < store.claimed_evaluations() and time.monotonic() < deadline
-        ):
+        while self.seen + len(entries) < store.claimed_evaluations() and time.monotonic() < deadline:
             time.sleep(WAIT_POLL_S)
             entries = store.evaluations(self.seen)
         self.seen += len(entries)

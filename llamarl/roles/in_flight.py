@@ -1,5 +1,6 @@
 """A generator's claimed tickets in its running batch (continuous batching,
-`llamarl.engine.continuous`, or a vLLM engine's, `llamarl.engine.vllm_batch`): each ticket's prompt joins the batch when claimed, and its rollout
+`llamarl.engine.continuous`, or a vLLM engine's, `llamarl.engine.vllm_batch`): each ticket's
+prompt joins the batch when claimed, and its rollout
 group is packed as soon as its n samples have ended."""
 
 from __future__ import annotations
@@ -34,8 +35,7 @@ class InFlight:
         return len(self.claimed)
 
     def admit(self, tickets: list[Ticket], examples: list[Example]) -> None:
-        prompts = [(t.ticket_id, self.policy.encode_example(e))
-                   for t, e in zip(tickets, examples, strict=True)]  # fmt: skip
+        prompts = [(t.ticket_id, self.policy.encode_example(e)) for t, e in zip(tickets, examples, strict=True)]
         self.batch.admit(prompts)
         for ticket, example in zip(tickets, examples, strict=True):
             self.claimed[ticket.ticket_id] = (ticket, example)
@@ -46,17 +46,18 @@ class InFlight:
         for finished in self.batch.step(version):
             assert isinstance(finished.key, int)
             ticket, example = self.claimed.pop(finished.key)
-            (group,) = pack_groups(self.policy, finished.batch, [example],
-                                   [(ticket.ticket_id, ticket.attempt)],
-                                   finished.versions)  # fmt: skip
+            (group,) = pack_groups(
+                self.policy, finished.batch, [example], [(ticket.ticket_id, ticket.attempt)], finished.versions
+            )
             done.append(Finished(ticket, group, int(finished.batch.completion_mask.sum())))
         return done
 
     def restart_older_than(self, floor: int) -> int:
         """Start again from its prompt every group whose oldest token's version is below
         `floor`; how many were."""
-        stale = [key for key in self.claimed
-                 if (oldest := self.batch.oldest_version(key)) is not None and oldest < floor]  # fmt: skip
+        stale = [
+            key for key in self.claimed if (oldest := self.batch.oldest_version(key)) is not None and oldest < floor
+        ]
         for key in stale:
             self.batch.drop(key)
             _, example = self.claimed[key]

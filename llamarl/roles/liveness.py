@@ -18,9 +18,7 @@ class BusWatch:
     """Pings the bus at most every `every_s`; `check()` raises ConnectionError, naming the bus
     as `name`, once it has not answered for `dead_after_s`."""
 
-    def __init__(
-        self, bus: Bus, name: str, *, every_s: float, dead_after_s: float, clock: Clock
-    ) -> None:
+    def __init__(self, bus: Bus, name: str, *, every_s: float, dead_after_s: float, clock: Clock) -> None:
         self.bus = bus
         self.name = name
         self.every_s = every_s
@@ -36,15 +34,12 @@ class BusWatch:
         self._last_ping = now
         if self.bus.ping(min(PING_TIMEOUT_S, self.every_s)):
             if self._silent_since is not None:
-                log.info(
-                    "bus answers again", bus=self.name, silent_s=round(now - self._silent_since, 1)
-                )
+                log.info("bus answers again", bus=self.name, silent_s=round(now - self._silent_since, 1))
             self._silent_since = None
             return
         if self._silent_since is None:
             self._silent_since = now
-            log.warning("bus not answering; waiting for it", bus=self.name,
-                        gives_up_after_s=self.dead_after_s)  # fmt: skip
+            log.warning("bus not answering; waiting for it", bus=self.name, gives_up_after_s=self.dead_after_s)
         elif now - self._silent_since >= self.dead_after_s:
             raise ConnectionError(
                 f"{self.name} did not answer for {now - self._silent_since:.0f} s "

@@ -114,8 +114,9 @@ class RoleRuntime:
         self.timer = BusyTimer(clock)
         self.counters: dict[str, float] = {}
         self.control = bus.subscribe([CONTROL])
-        self.bus_watch = BusWatch(bus, bus_name, every_s=config.workers.heartbeat_s,
-                                  dead_after_s=config.broker.dead_after_s, clock=clock)  # fmt: skip
+        self.bus_watch = BusWatch(
+            bus, bus_name, every_s=config.workers.heartbeat_s, dead_after_s=config.broker.dead_after_s, clock=clock
+        )
         self._last_beat = -float("inf")
 
     def register(self) -> None:
@@ -198,16 +199,19 @@ class RoleRuntime:
 
     def _beat_fields(self, status: dict[str, Any]) -> dict[str, Any]:
         # With its pid: a registration that expired (a long warm start) is re-created by a beat.
-        fields = {"role": self.role, "pid": os.getpid(), "status": "running",
-                  "busy_s": round(self.timer.busy_s, 3)}  # fmt: skip
+        fields = {"role": self.role, "pid": os.getpid(), "status": "running", "busy_s": round(self.timer.busy_s, 3)}
         return fields | {"idle_s": round(self.timer.idle_s, 3), **self.counters, **status}
 
     def write_timers(self) -> None:
         directory = Path(self.config.run_dir) / "timers"
         directory.mkdir(parents=True, exist_ok=True)
-        record = {"role": self.role, "busy_s": self.timer.busy_s, "idle_s": self.timer.idle_s,
-                  "bus_s": self.bus.busy_s,
-                  "busy_spans": [[round(t, 3) for t in span] for span in self.timer.spans]}  # fmt: skip
+        record = {
+            "role": self.role,
+            "busy_s": self.timer.busy_s,
+            "idle_s": self.timer.idle_s,
+            "bus_s": self.bus.busy_s,
+            "busy_spans": [[round(t, 3) for t in span] for span in self.timer.spans],
+        }
         (directory / f"{self.worker_id}.json").write_text(json.dumps(record | self.counters))
 
     def close(self) -> None:

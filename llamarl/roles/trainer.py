@@ -102,9 +102,7 @@ class Trainer:
         self.evaluations = EvaluationLog(run_dir, state.counters)
         self.buffer: list[ScoredGroup] = []
         config = runtime.config
-        self.overlong = overlong_shaping(
-            config.sampling, config.generation.max_new_tokens, self.policy.eos_id
-        )
+        self.overlong = overlong_shaping(config.sampling, config.generation.max_new_tokens, self.policy.eos_id)
         self.signal = SignalFilter.of(config)
         self.skipped: list[int] = []
         """Tickets of the groups skipped since the last gather, to end in one round trip."""
@@ -142,8 +140,9 @@ class Trainer:
         meta = self.publisher.publish(staged)
         if self.ranks is not None:
             timeout_s = self.runtime.config.sync.timeout_s
-            joined = joined_shards(self.runtime.store.version_shards, self.ranks.world,
-                                   staged.policy_version, meta, timeout_s)  # fmt: skip
+            joined = joined_shards(
+                self.runtime.store.version_shards, self.ranks.world, staged.policy_version, meta, timeout_s
+            )
             if joined is None:  # a rank skipped to a newer version: that one is announced next
                 return
             meta = joined
@@ -201,17 +200,13 @@ class Trainer:
             self.runtime.count("refused_groups")
             return
         ticket_id = scored.group.ticket_id
-        if self.book.has_ended(ticket_id) or any(
-            item.group.ticket_id == ticket_id for item in self.buffer
-        ):
+        if self.book.has_ended(ticket_id) or any(item.group.ticket_id == ticket_id for item in self.buffer):
             self.runtime.count("duplicate_groups")
             return
         failed = scored.group.episodes and self.env_failed(scored)
         if failed:  # an environment raised: the group is set aside and its prompt drawn anew
             self.runtime.count("groups_env_error")
-        if failed or (
-            self.signal.enabled and self.signal.skips(shaped_rewards(scored, self.overlong))
-        ):
+        if failed or (self.signal.enabled and self.signal.skips(shaped_rewards(scored, self.overlong))):
             self.skipped.append(ticket_id)
             self.book.mark([ticket_id])
             self.num_set_aside += 1
@@ -226,9 +221,7 @@ class Trainer:
         self.env_failures_in_a_row = self.env_failures_in_a_row + 1 if errors else 0
         if self.env_failures_in_a_row >= ENV_FAILURES_IN_A_ROW:
             environment = self.runtime.config.environment
-            named = (
-                f"agent {environment.agent}" if environment.agent else f"kind {environment.kind}"
-            )
+            named = f"agent {environment.agent}" if environment.agent else f"kind {environment.kind}"
             raise ConfigError(
                 f"environment.{named}: it raised in "
                 f"{ENV_FAILURES_IN_A_ROW} episode groups in a row (the last: {errors[0]}); fix it "
@@ -266,9 +259,7 @@ class Trainer:
         self.drop_stale()
         return len(self.buffer) >= self.runtime.config.trainer.prompts_per_step
 
-    def train_step(
-        self, extra: dict[str, float] | None = None, step_started: float | None = None
-    ) -> dict[str, Any]:
+    def train_step(self, extra: dict[str, float] | None = None, step_started: float | None = None) -> dict[str, Any]:
         """Train on a step's worth of the buffer; the step's metrics record, with `extra` and,
         given when the caller's whole step began, `step_s` and `tokens_per_s`."""
         runtime = self.runtime

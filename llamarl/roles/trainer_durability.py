@@ -98,9 +98,7 @@ class Checkpointer:
         self._last_step = -1
         """The step of the last snapshot taken: a step's checkpoint is written once."""
 
-    def save(
-        self, learner: Learner, state: TrainerState, ended_below: int, always: bool = False
-    ) -> None:
+    def save(self, learner: Learner, state: TrainerState, ended_below: int, always: bool = False) -> None:
         """Every ticket below `ended_below` has ended and is in this snapshot, so none of them can
         be reopened by a resume from it: their entries can go once it is on disk. `always`
         saves also when checkpoints are off (a sharded run's final model comes from one)."""

@@ -27,9 +27,7 @@ INITIAL_FIRST_TURN = "initial_first_turn_accuracy"
 class EvaluationLog:
     def __init__(self, run_dir: Path, counters: dict[str, float]) -> None:
         self.initial_accuracy: float | None = counters.get("initial_accuracy")
-        self.initial_sets = {
-            k[len(INITIAL) :]: v for k, v in counters.items() if k.startswith(INITIAL)
-        }
+        self.initial_sets = {k[len(INITIAL) :]: v for k, v in counters.items() if k.startswith(INITIAL)}
         self.final_accuracy: float | None = None
         self.final_sets: dict[str, float] = {}
         self.first_turn_accuracy: float | None = None
@@ -98,9 +96,7 @@ class EvaluationLog:
         self.samples_log.close()
 
 
-def _fields(
-    accuracy: float, first_turn: float | None, sets: dict[str, SetSums]
-) -> dict[str, float]:
+def _fields(accuracy: float, first_turn: float | None, sets: dict[str, SetSums]) -> dict[str, float]:
     """An evaluation's fields in a metrics record."""
     fields = {"held_out_accuracy": accuracy} | set_metrics(sets)
     if first_turn is not None:

@@ -58,9 +58,7 @@ class TrainerFollower:
 
     def _publish(self, staged: Staged[Any]) -> None:
         meta = self.publisher.publish(staged)
-        self.store.put_version_shard(
-            self.ranks.rank, meta | {"policy_version": staged.policy_version}
-        )
+        self.store.put_version_shard(self.ranks.rank, meta | {"policy_version": staged.policy_version})
 
     def start(self) -> None:
         """Nothing before the loop: rank 0's first order starts it."""

@@ -24,8 +24,9 @@ def register(sub: Subparsers) -> None:
     sim.add_argument("--median-length", type=float, help="completion tokens, median")
     sim.add_argument("--length-sigma", type=float, default=0.0, help="log-normal sigma (tail)")
     sim.add_argument("--sweep", action="store_true", help="every core split and staleness bound")
-    sim.add_argument("--paper", action="store_true",
-                     help="LlamaRL's 8B/70B/405B points from public figures (no config)")  # fmt: skip
+    sim.add_argument(
+        "--paper", action="store_true", help="LlamaRL's 8B/70B/405B points from public figures (no config)"
+    )
     sim.add_argument("--json", action="store_true", help="accepted; the last line is JSON anyway")
     sim.set_defaults(func=run)
 
@@ -43,9 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if args.config is None:
         raise ConfigError("give a run config (llamarl sim CONFIG --profile FILE), or --paper")
     if args.profile is None:
-        raise ConfigError(
-            "--profile: give the file `llamarl bench profile CONFIG --out FILE` wrote"
-        )
+        raise ConfigError("--profile: give the file `llamarl bench profile CONFIG --out FILE` wrote")
     config = load_config(args.config)
     costs = Costs.load(Path(args.profile))
     cores = args.cores or config.workers.num_cores or costs.cores

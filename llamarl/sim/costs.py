@@ -122,5 +122,4 @@ class Lengths:
         if self.sigma == 0:
             return [min(self.longest, max(1, round(self.median)))] * count
         mu = math.log(self.median)
-        return [min(self.longest, max(1, round(rng.lognormvariate(mu, self.sigma))))
-                for _ in range(count)]  # fmt: skip
+        return [min(self.longest, max(1, round(rng.lognormvariate(mu, self.sigma)))) for _ in range(count)]

@@ -37,8 +37,7 @@ class Cpu:
     busy_s: dict[str, float] = field(default_factory=dict)
     """Seconds each process has spent with a task (its busy time)."""
 
-    def start(self, process: str, role: str, threads: int, work_s: float,
-              done: Callable[[], None]) -> None:  # fmt: skip
+    def start(self, process: str, role: str, threads: int, work_s: float, done: Callable[[], None]) -> None:
         if process in self.tasks:
             raise RuntimeError(f"{process} is already busy")
         self.tasks[process] = Task(process, role, threads, max(work_s, 0.0), done)

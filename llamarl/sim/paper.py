@@ -79,8 +79,9 @@ ASSUMED: dict[str, Any] = {
 memory the training engine keeps (activations, buffers) while the baseline generates."""
 
 
-def generate_s(model: Model, gpus: int, tensor_parallel: int, weight_bytes: float,
-               resident_bytes_per_gpu: float) -> float:  # fmt: skip
+def generate_s(
+    model: Model, gpus: int, tensor_parallel: int, weight_bytes: float, resident_bytes_per_gpu: float
+) -> float:
     """Seconds to decode a step's sequences on `gpus` in instances of `tensor_parallel` GPUs,
     the KV cache getting what the weights and `resident_bytes_per_gpu` leave."""
     a = ASSUMED
@@ -95,9 +96,7 @@ def generate_s(model: Model, gpus: int, tensor_parallel: int, weight_bytes: floa
     batch = min(int(free // full), per_instance)
     rounds = math.ceil(per_instance / batch)
     bandwidth = tensor_parallel * H100_HBM * a["decode_bandwidth_fraction"]
-    return (
-        rounds * a["completion_tokens"] * (model.params * weight_bytes + batch * mean) / bandwidth
-    )
+    return rounds * a["completion_tokens"] * (model.params * weight_bytes + batch * mean) / bandwidth
 
 
 def costs_at(scale: str) -> Costs:
@@ -109,28 +108,44 @@ def costs_at(scale: str) -> Costs:
         return 6 * model.params / (training_gpus * H100_BF16 * a["training_mfu"])
 
     state = a["training_state_bytes_per_param"] * model.params / gpus
-    colocated = generate_s(model, gpus, a["sync_tensor_parallel"][scale],
-                           a["sync_weight_bytes_per_param"],
-                           state + a["sync_reserved_bytes_per_gpu"])  # fmt: skip
-    dedicated = generate_s(model, gpus // 2, a["async_tensor_parallel"][scale],
-                           a["async_weight_bytes_per_param"], 0.0)  # fmt: skip
+    colocated = generate_s(
+        model,
+        gpus,
+        a["sync_tensor_parallel"][scale],
+        a["sync_weight_bytes_per_param"],
+        state + a["sync_reserved_bytes_per_gpu"],
+    )
+    dedicated = generate_s(model, gpus // 2, a["async_tensor_parallel"][scale], a["async_weight_bytes_per_param"], 0.0)
     positions = a["completion_tokens"]
     return Costs(
-        threads={1: ThreadCosts(dedicated / positions, 0.0, 0.0, train_s_per_token(gpus // 2)),
-                 2: ThreadCosts(colocated / positions, 0.0, 0.0, train_s_per_token(gpus))},
-        score_s_per_group=0.0, stage_s=DDMA_S[scale], pull_s=DDMA_S[scale],
-        prompt_tokens=a["prompt_tokens"], corun_slowdown={}, cores=2,
+        threads={
+            1: ThreadCosts(dedicated / positions, 0.0, 0.0, train_s_per_token(gpus // 2)),
+            2: ThreadCosts(colocated / positions, 0.0, 0.0, train_s_per_token(gpus)),
+        },
+        score_s_per_group=0.0,
+        stage_s=DDMA_S[scale],
+        pull_s=DDMA_S[scale],
+        prompt_tokens=a["prompt_tokens"],
+        corun_slowdown={},
+        cores=2,
         handover_s=a["sync_weight_bytes_per_param"] * model.params / GATHER_BYTES_PER_S,
-    )  # fmt: skip
+    )
 
 
 def paper(steps: int) -> dict[str, Any]:
     """Predicted sync and async step seconds and speed-up per scale, beside the paper's."""
     a = ASSUMED
-    layout = Layout(cores=2, num_generators=1, generator_threads=1, trainer_threads=1,
-                    num_reward=1, max_staleness=1, prompts_per_step=a["prompts_per_step"],
-                    prompts_per_batch=a["prompts_per_step"],
-                    num_samples=a["samples_per_prompt"])  # fmt: skip
+    layout = Layout(
+        cores=2,
+        num_generators=1,
+        generator_threads=1,
+        trainer_threads=1,
+        num_reward=1,
+        max_staleness=1,
+        prompts_per_step=a["prompts_per_step"],
+        prompts_per_batch=a["prompts_per_step"],
+        num_samples=a["samples_per_prompt"],
+    )
     lengths = Lengths(a["completion_tokens"], a["completion_tokens"])
     rows = []
     for scale in MODELS:
@@ -138,14 +153,19 @@ def paper(steps: int) -> dict[str, Any]:
         sync = simulate_sync(layout, costs, lengths, steps)
         asynchronous = simulate_async(layout, costs, lengths, steps)
         reported = PAPER[scale]
-        rows.append({"model": scale, "gpus": a["gpus"][scale],
-                     "sync_s_per_step": round(sync.s_per_step, 2),
-                     "async_s_per_step": round(asynchronous.s_per_step, 2),
-                     "speedup": round(speedup(sync, asynchronous), 2),
-                     "paper_sync_s_per_step": reported.get(
-                         "sync_s", round(reported["async_s"] * reported["speedup"], 2)),
-                     "paper_async_s_per_step": reported["async_s"],
-                     "paper_speedup": reported["speedup"],
-                     "sync_phases_s": {phase: round((1 - idle) * sync.s_per_step, 2)
-                                       for phase, idle in sync.idle_fraction.items()}})  # fmt: skip
+        rows.append(
+            {
+                "model": scale,
+                "gpus": a["gpus"][scale],
+                "sync_s_per_step": round(sync.s_per_step, 2),
+                "async_s_per_step": round(asynchronous.s_per_step, 2),
+                "speedup": round(speedup(sync, asynchronous), 2),
+                "paper_sync_s_per_step": reported.get("sync_s", round(reported["async_s"] * reported["speedup"], 2)),
+                "paper_async_s_per_step": reported["async_s"],
+                "paper_speedup": reported["speedup"],
+                "sync_phases_s": {
+                    phase: round((1 - idle) * sync.s_per_step, 2) for phase, idle in sync.idle_fraction.items()
+                },
+            }
+        )
     return {"assumed": ASSUMED, "scales": rows}

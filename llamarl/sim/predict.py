@@ -50,8 +50,7 @@ def layout_of(config: RunConfig, cores: int, costs: Costs) -> Layout:
     )
 
 
-def lengths_of(config: RunConfig, median: float | None, sigma: float,
-               observed: Sequence[int] = ()) -> Lengths:  # fmt: skip
+def lengths_of(config: RunConfig, median: float | None, sigma: float, observed: Sequence[int] = ()) -> Lengths:
     """Completion lengths: every one max_new_tokens long when EOS is banned before the last
     position; else log-normal with the given median and sigma, or (neither given) the lengths
     the profile's model sampled, or all max_new_tokens long."""
@@ -66,8 +65,12 @@ def lengths_of(config: RunConfig, median: float | None, sigma: float,
 def predict(layout: Layout, costs: Costs, lengths: Lengths, steps: int) -> dict[str, Any]:
     sync = simulate_sync(layout, costs, lengths, steps)
     asynchronous = simulate_async(layout, costs, lengths, steps)
-    return {"layout": layout.__dict__, "sync": sync.as_dict(), "async": asynchronous.as_dict(),
-            "speedup": round(speedup(sync, asynchronous), 3)}  # fmt: skip
+    return {
+        "layout": layout.__dict__,
+        "sync": sync.as_dict(),
+        "async": asynchronous.as_dict(),
+        "speedup": round(speedup(sync, asynchronous), 3),
+    }
 
 
 def candidates(base: Layout, cores: int, max_staleness: int = max(SWEEP_STALENESS)) -> list[Layout]:
@@ -81,12 +84,28 @@ def candidates(base: Layout, cores: int, max_staleness: int = max(SWEEP_STALENES
         for trainer in range(1, cores + 1):
             for per_generator in range(1, max(1, (cores - 1) // generators) + 1):
                 for bound in bounds:
-                    layouts.append(replace(base, cores=cores, num_generators=generators,
-                                           generator_threads=per_generator,
-                                           trainer_threads=trainer, max_staleness=bound,
-                                           colocated=False))  # fmt: skip
-    layouts.append(replace(base, cores=cores, num_generators=1, generator_threads=cores,
-                           trainer_threads=cores, max_staleness=0, colocated=True))  # fmt: skip
+                    layouts.append(
+                        replace(
+                            base,
+                            cores=cores,
+                            num_generators=generators,
+                            generator_threads=per_generator,
+                            trainer_threads=trainer,
+                            max_staleness=bound,
+                            colocated=False,
+                        )
+                    )
+    layouts.append(
+        replace(
+            base,
+            cores=cores,
+            num_generators=1,
+            generator_threads=cores,
+            trainer_threads=cores,
+            max_staleness=0,
+            colocated=True,
+        )
+    )
     return layouts
 
 
@@ -116,24 +135,39 @@ def simulate(layout: Layout, costs: Costs, lengths: Lengths, steps: int) -> Pred
     return simulate_async(layout, costs, lengths, steps)
 
 
-def sweep(base: Layout, costs: Costs, lengths: Lengths, steps: int, cores: int,
-          tie: float = TIE, max_staleness: int = max(SWEEP_STALENESS)) -> dict[str, Any]:  # fmt: skip
+def sweep(
+    base: Layout,
+    costs: Costs,
+    lengths: Lengths,
+    steps: int,
+    cores: int,
+    tie: float = TIE,
+    max_staleness: int = max(SWEEP_STALENESS),
+) -> dict[str, Any]:
     """Predicted s/step of every candidate layout, fastest first, against the sync run. The
     recommendation (`best`) is the cheapest layout within `tie` of the fastest."""
     rows = []
     for layout in candidates(base, cores, max_staleness):
         predicted = simulate(layout, costs, lengths, steps)
-        rows.append({"num_generators": layout.num_generators,
-                     "generator_threads": layout.generator_threads,
-                     "trainer_threads": layout.trainer_threads,
-                     "max_staleness": layout.max_staleness,
-                     "colocated": layout.colocated,
-                     "s_per_step": round(predicted.s_per_step, 4),
-                     "idle_fraction": {k: round(v, 3)
-                                       for k, v in predicted.idle_fraction.items()}})  # fmt: skip
+        rows.append(
+            {
+                "num_generators": layout.num_generators,
+                "generator_threads": layout.generator_threads,
+                "trainer_threads": layout.trainer_threads,
+                "max_staleness": layout.max_staleness,
+                "colocated": layout.colocated,
+                "s_per_step": round(predicted.s_per_step, 4),
+                "idle_fraction": {k: round(v, 3) for k, v in predicted.idle_fraction.items()},
+            }
+        )
     rows.sort(key=lambda r: (r["s_per_step"], *cost_of(r)))
     sync = simulate_sync(base, costs, lengths, steps).s_per_step
     best = recommend(rows, tie)
-    return {"cores": cores, "sync_s_per_step": round(sync, 4), "best": best,
-            "best_speedup": round(sync / best["s_per_step"], 3), "tie": tie,
-            "layouts": rows}  # fmt: skip
+    return {
+        "cores": cores,
+        "sync_s_per_step": round(sync, 4),
+        "best": best,
+        "best_speedup": round(sync / best["s_per_step"], 3),
+        "tie": tie,
+        "layouts": rows,
+    }

@@ -55,8 +55,10 @@ class Layout:
     def describe(self) -> str:
         if self.colocated:
             return f"colocated: generator and trainer in turn on {self.cores} thread(s) each"
-        return (f"{self.num_generators} generator(s) x {self.generator_threads} thread(s), "
-                f"trainer {self.trainer_threads} thread(s), max_staleness {self.max_staleness}")  # fmt: skip
+        return (
+            f"{self.num_generators} generator(s) x {self.generator_threads} thread(s), "
+            f"trainer {self.trainer_threads} thread(s), max_staleness {self.max_staleness}"
+        )
 
     def generate_s(self, costs: Costs, threads: int, lengths: list[int]) -> float:
         """Seconds to decode a static batch of completions of `lengths` alone at `threads`: it
@@ -73,10 +75,13 @@ class Prediction:
     dropped_stale: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "s_per_step": round(self.s_per_step, 4),
-                "idle_fraction": {k: round(v, 3) for k, v in self.idle_fraction.items()},
-                "staleness": {str(k): v for k, v in sorted(self.staleness.items())},
-                "dropped_stale": self.dropped_stale}  # fmt: skip
+        return {
+            "mode": self.mode,
+            "s_per_step": round(self.s_per_step, 4),
+            "idle_fraction": {k: round(v, 3) for k, v in self.idle_fraction.items()},
+            "staleness": {str(k): v for k, v in sorted(self.staleness.items())},
+            "dropped_stale": self.dropped_stale,
+        }
 
 
 def trained_tokens(widths: list[int], rows: int, prompt: float, max_tokens: int) -> int:
@@ -132,14 +137,12 @@ class _AsyncRun:
     dropped: int = 0
 
     def __post_init__(self) -> None:
-        self.cpu = Cpu(self.layout.cores, self.costs.corun_slowdown,
-                       self.costs.oversubscribed_slowdown)  # fmt: skip
+        self.cpu = Cpu(self.layout.cores, self.costs.corun_slowdown, self.costs.oversubscribed_slowdown)
         running = self.layout.continuous
         self.generators = [
-            _Generator(f"generator-{i}", batch=RunningBatch(self.layout.num_samples) if running
-                       else None)
+            _Generator(f"generator-{i}", batch=RunningBatch(self.layout.num_samples) if running else None)
             for i in range(self.layout.num_generators)
-        ]  # fmt: skip
+        ]
         self.rewards = [f"reward-{i}" for i in range(self.layout.num_reward)]
 
     def _start(self, process: str, role: str, threads: int, work_s: float, done: Any) -> None:
@@ -176,16 +179,13 @@ class _AsyncRun:
         work = self.costs.jittered(
             self.rng, "generate", layout.generate_s(self.costs, layout.generator_threads, lengths)
         )
-        groups = [_Group(t, gen.held, max(lengths[i * n : (i + 1) * n]))
-                  for i, t in enumerate(tickets)]  # fmt: skip
-        self._start(gen.name, "generate", layout.generator_threads, work,
-                    lambda: self._generated(gen, groups))  # fmt: skip
+        groups = [_Group(t, gen.held, max(lengths[i * n : (i + 1) * n])) for i, t in enumerate(tickets)]
+        self._start(gen.name, "generate", layout.generator_threads, work, lambda: self._generated(gen, groups))
 
     def _claim(self, count: int) -> list[int]:
         """Up to `count` tickets: reissued ones first, then new ones the staleness gate lets
         out."""
-        limit = admission_bound(self.trained, self.layout.max_staleness,
-                                self.layout.prompts_per_step)  # fmt: skip
+        limit = admission_bound(self.trained, self.layout.max_staleness, self.layout.prompts_per_step)
         tickets: list[int] = []
         while len(tickets) < count and self.reissue:
             tickets.append(self.reissue.popleft())
@@ -256,8 +256,9 @@ class _AsyncRun:
         )
         for group in batch:
             self.staleness[self.trained - group.version] += 1
-        tokens = trained_tokens([g.width for g in batch], layout.num_samples,
-                                self.costs.prompt_tokens, layout.micro_batch_tokens)  # fmt: skip
+        tokens = trained_tokens(
+            [g.width for g in batch], layout.num_samples, self.costs.prompt_tokens, layout.micro_batch_tokens
+        )
         train = self.costs.at(layout.trainer_threads).step_train_s(tokens)
         work = self.costs.jittered(self.rng, "train", train) + self.costs.stage_s
 
@@ -302,13 +303,11 @@ def step_time(ends: list[float]) -> float:
     return (ends[-1] - ends[skip]) / (len(ends) - 1 - skip)
 
 
-def simulate_async(layout: Layout, costs: Costs, lengths: Lengths, steps: int,
-                   seed: int = 0) -> Prediction:  # fmt: skip
+def simulate_async(layout: Layout, costs: Costs, lengths: Lengths, steps: int, seed: int = 0) -> Prediction:
     return _AsyncRun(layout, costs, lengths, steps, random.Random(seed)).run()
 
 
-def simulate_sync(layout: Layout, costs: Costs, lengths: Lengths, steps: int,
-                  seed: int = 0) -> Prediction:  # fmt: skip
+def simulate_sync(layout: Layout, costs: Costs, lengths: Lengths, steps: int, seed: int = 0) -> Prediction:
     """Every phase on all `layout.cores` threads, one after another: the step's prompts
     decoded as one batch (as `llamarl run --mode sync` does), scored, trained, then the
     profile's handover of the weights to generation (none when the sync run shares its model).
@@ -335,8 +334,7 @@ def simulate_sync(layout: Layout, costs: Costs, lengths: Lengths, steps: int,
         now = sum(totals.values())
         ends.append(now)
     total = sum(totals.values())
-    idle = {phase: 1 - spent / total for phase, spent in totals.items()
-            if spent or phase != "handover"}  # fmt: skip
+    idle = {phase: 1 - spent / total for phase, spent in totals.items() if spent or phase != "handover"}
     mode = "colocated" if layout.colocated else "sync"
     return Prediction(mode, step_time(ends), idle, {0: steps * layout.prompts_per_step})
 

@@ -91,9 +91,7 @@ class VersionGate(Protocol):
 class Ledger(Protocol):
     """Ticket outcomes: every issued ticket ends exactly once, and the counts always balance."""
 
-    def end_tickets(
-        self, outcomes: Sequence[tuple[int, str]], heartbeat: WorkerBeat | None = None
-    ) -> list[bool]:
+    def end_tickets(self, outcomes: Sequence[tuple[int, str]], heartbeat: WorkerBeat | None = None) -> list[bool]:
         """End each (ticket_id, outcome) in order, outcome one of OUTCOMES, and write `heartbeat`
         in the same step. True when this call ended the ticket (it leaves its lease); False when
         it had already ended or was compacted away, counted as `duplicate`. A ticket at or above

@@ -85,9 +85,7 @@ class MemoryStore:
         with self._lock:
             current = -1 if self._policy_version is None else self._policy_version
             if policy_version <= current:
-                raise StaleVersionError(
-                    f"policy version {policy_version} is not above current {current}"
-                )
+                raise StaleVersionError(f"policy version {policy_version} is not above current {current}")
             self._policy_version = policy_version
             self._version_meta = text
 
@@ -174,9 +172,7 @@ class MemoryStore:
             return held
 
     # -- ledger ----------------------------------------------------------------------------
-    def end_tickets(
-        self, outcomes: Sequence[tuple[int, str]], heartbeat: WorkerBeat | None = None
-    ) -> list[bool]:
+    def end_tickets(self, outcomes: Sequence[tuple[int, str]], heartbeat: WorkerBeat | None = None) -> list[bool]:
         for _, outcome in outcomes:
             if outcome not in OUTCOMES:
                 raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
@@ -262,9 +258,7 @@ class MemoryStore:
             self._beat(worker_id, ttl_s, fields)
 
     def _beat(self, worker_id: str, ttl_s: float, fields: dict[str, Any]) -> None:
-        text = {
-            name: _as_text(value) for name, value in {"last_seen": time.time(), **fields}.items()
-        }
+        text = {name: _as_text(value) for name, value in {"last_seen": time.time(), **fields}.items()}
         now = self.clock()
         kept = self._live_fields(worker_id, now) or {}
         self._worker_entries[worker_id] = (now + _ms(ttl_s), {**kept, **text})

@@ -64,18 +64,14 @@ def without_password(url: str) -> str:
 class RedisStore:
     """The `Store` on Redis: one instance per process (redis-py pools connections)."""
 
-    def __init__(
-        self, url: str, run_id: str, connect_deadline_s: float = 30.0, *, log_retries: bool = True
-    ) -> None:
+    def __init__(self, url: str, run_id: str, connect_deadline_s: float = 30.0, *, log_retries: bool = True) -> None:
         self.run_id = run_id
         # A warning per retry suits a worker's log; a probe that says it once, in words, turns it off.
         self.log_retries = log_retries
         self.prefix = f"llamarl:{run_id}:"
         self.connect_deadline_s = connect_deadline_s
         # redis-py's stubs type every reply as bytes | str; decode_responses makes them str.
-        self.client: Any = redis.Redis.from_url(
-            url, decode_responses=True, socket_timeout=10, socket_connect_timeout=5
-        )
+        self.client: Any = redis.Redis.from_url(url, decode_responses=True, socket_timeout=10, socket_connect_timeout=5)
         self._publish = self.client.register_script(lua.PUBLISH_VERSION)
         self._claim = self.client.register_script(lua.CLAIM_TICKETS)
         self._renew = self.client.register_script(lua.RENEW_LEASES)
@@ -96,9 +92,7 @@ class RedisStore:
             try:
                 return fn()
             except redis.AuthenticationError as err:  # retrying cannot fix credentials
-                raise ConnectionError(
-                    f"redis refused the credentials in redis.url during {what}: {err}"
-                ) from None
+                raise ConnectionError(f"redis refused the credentials in redis.url during {what}: {err}") from None
             except (redis.ConnectionError, redis.TimeoutError) as err:
                 attempt += 1
                 if time.monotonic() + delay > deadline:
@@ -117,9 +111,7 @@ class RedisStore:
         """Whether this Redis holds any key of the run (a wrong run id holds none)."""
         return self._call(
             "scan run keys",
-            lambda: (
-                next(self.client.scan_iter(match=f"{self.prefix}*", count=1000), None) is not None
-            ),
+            lambda: next(self.client.scan_iter(match=f"{self.prefix}*", count=1000), None) is not None,
         )
 
     # -- policy versions -------------------------------------------------------------------
@@ -137,9 +129,7 @@ class RedisStore:
         args = [policy_version, uuid.uuid4().hex, *pairs]  # one id for this call and its retries
         accepted = self._call("publish version", lambda: self._publish(keys=keys, args=args))
         if not accepted:
-            raise StaleVersionError(
-                f"policy version {policy_version} is not above current {self.policy_version()}"
-            )
+            raise StaleVersionError(f"policy version {policy_version} is not above current {self.policy_version()}")
 
     def set_version_offset(self, offset: int) -> None:
         """Published version numbers less this are the versions trained (see the interface)."""
@@ -178,8 +168,15 @@ class RedisStore:
         names = ("policy_version", "ledger", "tickets", "attempts", "leases", "lease_owner")
         keys = [self.key(n) for n in (*names, "version_offset")]
         loaded = -1 if policy_version is None else policy_version
-        args: list[Any] = [worker_id, int(lease_s * 1000), max_staleness, prompts_per_step,
-                           total_tickets, count, loaded]  # fmt: skip
+        args: list[Any] = [
+            worker_id,
+            int(lease_s * 1000),
+            max_staleness,
+            prompts_per_step,
+            total_tickets,
+            count,
+            loaded,
+        ]
         got = self._call("claim tickets", lambda: self._claim(keys=keys, args=args))
         return [Ticket(int(t), int(attempt), bool(again)) for t, attempt, again in got]
 
@@ -195,9 +192,7 @@ class RedisStore:
         got = self._call("renew leases", lambda: self._renew(keys=keys, args=args))
         return [bool(held) for held in got]
 
-    def end_tickets(
-        self, outcomes: Sequence[tuple[int, str]], heartbeat: WorkerBeat | None = None
-    ) -> list[bool]:
+    def end_tickets(self, outcomes: Sequence[tuple[int, str]], heartbeat: WorkerBeat | None = None) -> list[bool]:
         """End tickets (one of OUTCOMES) exactly once each and, in the same round
         trip, write the caller's heartbeat. False for a ticket that had already ended (counted
         as duplicate); KeyError, before anything changes, for one that was never issued."""
@@ -254,9 +249,7 @@ class RedisStore:
         return counts
 
     def ticket_state(self, ticket_id: int) -> str | None:
-        return self._call(
-            "ticket state", lambda: self.client.hget(self.key("tickets"), str(ticket_id))
-        )
+        return self._call("ticket state", lambda: self.client.hget(self.key("tickets"), str(ticket_id)))
 
     # -- worker registry ------------------------------------------------------------------
     def register_worker(self, worker_id: str, role: str, ttl_s: float, **fields: Any) -> None:
@@ -351,15 +344,11 @@ class RedisStore:
     def claim_evaluation_chunk(self, policy_version: int, num_chunks: int) -> int | None:
         keys = [self.key("evaluation_claims"), self.key("evaluation_chunks")]
         args = [policy_version, num_chunks]
-        chunk = int(
-            self._call("claim evaluation chunk", lambda: self._claim_chunk(keys=keys, args=args))
-        )
+        chunk = int(self._call("claim evaluation chunk", lambda: self._claim_chunk(keys=keys, args=args)))
         return None if chunk < 0 else chunk
 
     def claimed_evaluations(self) -> int:
-        raw = self._call(
-            "claimed evaluations", lambda: self.client.get(self.key("evaluation_chunks"))
-        )
+        raw = self._call("claimed evaluations", lambda: self.client.get(self.key("evaluation_chunks")))
         return int(raw or 0)
 
     def add_evaluation(self, entry: str) -> None:

@@ -51,9 +51,7 @@ class ArithmeticTask:
         self.limit = 10**num_digits
         self.show_work = show_work
         if num_eval * 4 > self.limit**2:
-            raise ValueError(
-                f"num_eval {num_eval} leaves too few training pairs for {num_digits} digits"
-            )
+            raise ValueError(f"num_eval {num_eval} leaves too few training pairs for {num_digits} digits")
         self.seed = seed
         rng = random.Random(f"eval-{seed}")
         held: set[tuple[int, int]] = set()

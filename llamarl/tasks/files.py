@@ -70,9 +70,7 @@ class FilePromptSet:
             if task.eval_fraction is not None:
                 num_held = max(1, round(task.eval_fraction * len(rows)))
             if num_held >= len(rows):
-                raise source.error(
-                    f"{len(rows)} rows leave none for training after {num_held} held out"
-                )
+                raise source.error(f"{len(rows)} rows leave none for training after {num_held} held out")
             held = order[:num_held][: task.num_eval]
             return cls(reader, rows, order[num_held:], rows, held)
         held_rows, held_source = _held_out_source(task, fmt)
@@ -85,10 +83,7 @@ class FilePromptSet:
         return self.reader.example(index, self.train_rows[int(position)])
 
     def eval_items(self) -> list[Example]:
-        return [
-            self.reader.example(i, self.eval_rows[int(position)])
-            for i, position in enumerate(self.eval_order)
-        ]
+        return [self.reader.example(i, self.eval_rows[int(position)]) for i, position in enumerate(self.eval_order)]
 
 
 def _held_out_source(task: TaskConfig, fmt: str | None) -> tuple[datasets.Dataset, Source]:
@@ -99,15 +94,12 @@ def _held_out_source(task: TaskConfig, fmt: str | None) -> tuple[datasets.Datase
     rows, source = open_source(Source(field, path, task.eval_split), fmt)
     if task.eval_split is not None and source.split is None:
         raise DataError(
-            f"task.eval_split {task.eval_split}: {field} {path} has no splits (it is not a "
-            "DatasetDict directory)"
+            f"task.eval_split {task.eval_split}: {field} {path} has no splits (it is not a DatasetDict directory)"
         )
     return rows, source
 
 
-def read_examples(
-    path: str, task: TaskConfig, field: str, limit: int | None = None
-) -> list[Example]:
+def read_examples(path: str, task: TaskConfig, field: str, limit: int | None = None) -> list[Example]:
     """The first `limit` rows (all: None) of another data file, such as an evaluation set's, in
     file order, read like the task's rows (its fields, template and chat settings); DataError
     naming `field`, the file and the row of the first problem."""

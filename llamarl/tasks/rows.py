@@ -37,9 +37,7 @@ def split_conversation(value: object) -> tuple[list[Message], str | None]:
         raise Malformed("is not a list of {role, content} strings")
     messages = []
     for item in value:
-        if not isinstance(item, dict) or not all(
-            isinstance(item.get(key), str) for key in ("role", "content")
-        ):
+        if not isinstance(item, dict) or not all(isinstance(item.get(key), str) for key in ("role", "content")):
             raise Malformed("is not a list of {role, content} strings")
         messages.append({"role": item["role"], "content": item["content"]})
     reply = None
@@ -109,8 +107,7 @@ class RowReader:
             if unknown:
                 raise source.row_error(
                     1,
-                    f"has no field {unknown[0]!r} that task.prompt_template names "
-                    f"(its fields: {fields})",
+                    f"has no field {unknown[0]!r} that task.prompt_template names (its fields: {fields})",
                 )
         for name in self._needed(columns):
             if name not in columns:
@@ -136,9 +133,7 @@ class RowReader:
             return [self.prompt_field, self.answer_field]
         return [*sorted(template_fields(self.prompt_template)), self.answer_field]
 
-    def _check_conversations(
-        self, rows: datasets.Dataset, source: Source, need_reply: bool
-    ) -> None:
+    def _check_conversations(self, rows: datasets.Dataset, source: Source, need_reply: bool) -> None:
         assert self.messages_field is not None
         field = self.messages_field
         batches = rows.select_columns([field]).iter(batch_size=CHECK_BATCH)

@@ -98,9 +98,7 @@ def _file(source: Source, path: Path, builder: str) -> datasets.Dataset:
         cause = str(err.__cause__ or err) or type(err).__name__
         if "corresponds to no data" in cause:  # a CSV file with a header only
             raise DataError(f"{source.field} {path}: no rows") from None
-        raise DataError(
-            f"{source.field} {path}: not readable as {builder} ({cause.splitlines()[0]})"
-        ) from None
+        raise DataError(f"{source.field} {path}: not readable as {builder} ({cause.splitlines()[0]})") from None
 
 
 def _saved(source: Source, path: Path) -> tuple[datasets.Dataset, Source]:
@@ -111,13 +109,9 @@ def _saved(source: Source, path: Path) -> tuple[datasets.Dataset, Source]:
         splits = json.loads(splits_file.read_text())["splits"]
         listed = ", ".join(sorted(splits))
         if source.split is None:
-            raise source.error(
-                f"a DatasetDict; name its held-out split with task.eval_split (its splits: {listed})"
-            )
+            raise source.error(f"a DatasetDict; name its held-out split with task.eval_split (its splits: {listed})")
         if source.split not in splits:
-            raise DataError(
-                f"{source.field} {path}: no split {source.split!r} (its splits: {listed})"
-            )
+            raise DataError(f"{source.field} {path}: no split {source.split!r} (its splits: {listed})")
         directory = path / source.split
     else:
         directory, source = path, replace(source, split=None)

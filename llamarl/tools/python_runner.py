@@ -69,9 +69,7 @@ def reply(result: SandboxResult, limits: SandboxLimits, max_chars: int = MAX_CHA
         text += part if text.endswith("\n") or not text else "\n" + part
     if len(text) > max_chars:
         half = max_chars // 2
-        text = (
-            f"{text[:half]}\n... ({len(text) - 2 * half} characters left out) ...\n{text[-half:]}"
-        )
+        text = f"{text[:half]}\n... ({len(text) - 2 * half} characters left out) ...\n{text[-half:]}"
     return text or "(no output)"
 
 

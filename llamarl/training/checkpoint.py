@@ -108,8 +108,7 @@ def take_snapshot(
     model_state = None
     if optimizer is not None:
         model = policy.model
-        model_state = adapter_state(model) if has_adapters(model) else clone_tensors(
-            model.state_dict())  # fmt: skip
+        model_state = adapter_state(model) if has_adapters(model) else clone_tensors(model.state_dict())
     return Snapshot(
         policy=policy,
         model_state=model_state,
@@ -117,9 +116,8 @@ def take_snapshot(
         optimizer_state=clone_tensors(optimizer.state_dict()) if optimizer is not None else None,
         torch_rng=torch.get_rng_state(),
         python_rng=random.getstate(),
-        state=TrainerState(state.step, state.policy_version, dict(state.counters),
-                           list(state.buffer)),
-    )  # fmt: skip
+        state=TrainerState(state.step, state.policy_version, dict(state.counters), list(state.buffer)),
+    )
 
 
 @dataclass
@@ -213,8 +211,7 @@ class CheckpointStore:
         }
         (temp / "state.json").write_text(json.dumps(meta))
         frames = [
-            encode(make_envelope(g, run_id=self.run_id, sender="checkpoint", policy_version=0))
-            for g in state.buffer
+            encode(make_envelope(g, run_id=self.run_id, sender="checkpoint", policy_version=0)) for g in state.buffer
         ]
         (temp / "buffer.msgpack").write_bytes(msgpack.packb(frames, use_bin_type=True))
         _fsync_tree(temp)
@@ -229,9 +226,7 @@ class CheckpointStore:
         """Read one checkpoint back and restore the RNG states; refuses another run's."""
         meta = json.loads((path / "state.json").read_text())
         if meta["run_id"] != self.run_id:
-            raise ConfigError(
-                f"checkpoint {path} belongs to run {meta['run_id']!r}, not {self.run_id!r}"
-            )
+            raise ConfigError(f"checkpoint {path} belongs to run {meta['run_id']!r}, not {self.run_id!r}")
         reference = load_policy(path / "reference") if (path / "reference").is_dir() else None
         sharded = is_sharded(path)
         optimizer_state = None if sharded else torch.load(path / "optimizer.pt", weights_only=True)

@@ -78,9 +78,7 @@ def evaluate_set(
     )
     texts = completion_texts(policy, greedy)
     sums: SetSums = {"prompts": float(len(examples))}
-    sums["greedy"] = sum(
-        eval_set.score(e, [t], [[]])[0] for e, t in zip(examples, texts, strict=True)
-    )
+    sums["greedy"] = sum(eval_set.score(e, [t], [[]])[0] for e, t in zip(examples, texts, strict=True))
     n = eval_set.num_samples
     if not n:
         return sums

@@ -49,11 +49,7 @@ def merged(parts: Sequence[Evaluation]) -> Evaluation:
         return weighted / total if total else 0.0
 
     firsts = [p.first_turn_accuracy for p in parts if p.num_prompts]
-    first = (
-        None
-        if not firsts or None in firsts
-        else mean([p.first_turn_accuracy or 0.0 for p in parts])
-    )
+    first = None if not firsts or None in firsts else mean([p.first_turn_accuracy or 0.0 for p in parts])
     sets: dict[str, SetSums] = {}
     for part in parts:
         sets = add_sums(sets, part.sets)
@@ -77,16 +73,21 @@ def evaluate(
         chunk = examples[start : start + batch_size]
         prompts = [policy.encode_example(e) for e in chunk]
         batch = sample(
-            policy, prompts, num_samples=1, max_new_tokens=max_new_tokens,
-            min_new_tokens=min_new_tokens, greedy=True,
-        )  # fmt: skip
+            policy,
+            prompts,
+            num_samples=1,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=min_new_tokens,
+            greedy=True,
+        )
         texts = completion_texts(policy, batch)
         rewards = [score(e, [t], [[]])[0] for t, e in zip(texts, chunk, strict=True)]
         correct += sum(rewards)
         for text, example, reward in zip(texts, chunk, rewards, strict=True):
             if len(samples) < SAMPLES:
-                samples.append({"prompt": example.prompt, "completion": text,
-                                "answer": example.answer, "reward": reward})  # fmt: skip
+                samples.append(
+                    {"prompt": example.prompt, "completion": text, "answer": example.answer, "reward": reward}
+                )
         progress.update(len(chunk))
     progress.close(accuracy=round(correct / len(examples), 4))
     return Evaluation(correct / len(examples), samples, num_prompts=len(examples))
@@ -113,9 +114,15 @@ def evaluate_episodes(
             correct += reward
             first_right += score(example, [texts[0]], [turns[:1]])[0]
             if len(samples) < SAMPLES:
-                samples.append(episode.record() | {
-                    "prompt": episode.example.prompt, "completion": texts[-1],
-                    "answer": episode.example.answer, "reward": reward})  # fmt: skip
+                samples.append(
+                    episode.record()
+                    | {
+                        "prompt": episode.example.prompt,
+                        "completion": texts[-1],
+                        "answer": episode.example.answer,
+                        "reward": reward,
+                    }
+                )
         progress.update(len(chunk))
     accuracy = correct / len(examples)
     progress.close(accuracy=round(accuracy, 4))

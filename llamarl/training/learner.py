@@ -73,17 +73,32 @@ class _StepStats:
 
     def reduce(self, ranks: TrainerRanks) -> None:
         """Every rank's sums, added up (and the largest ratio of all)."""
-        sums = [self.loss, self.kl, self.entropy, self.mismatch, self.mismatch_abs,
-                self.ratio_sum, self.clipped, self.dropped]  # fmt: skip
-        (self.loss, self.kl, self.entropy, self.mismatch, self.mismatch_abs, self.ratio_sum,
-         self.clipped, self.dropped) = ranks.sum(sums)  # fmt: skip
-        top, self.mismatch_max = ranks.max(
-            [-math.inf if self.ratio_max is None else self.ratio_max, self.mismatch_max]
-        )
+        sums = [
+            self.loss,
+            self.kl,
+            self.entropy,
+            self.mismatch,
+            self.mismatch_abs,
+            self.ratio_sum,
+            self.clipped,
+            self.dropped,
+        ]
+        (
+            self.loss,
+            self.kl,
+            self.entropy,
+            self.mismatch,
+            self.mismatch_abs,
+            self.ratio_sum,
+            self.clipped,
+            self.dropped,
+        ) = ranks.sum(sums)
+        top, self.mismatch_max = ranks.max([-math.inf if self.ratio_max is None else self.ratio_max, self.mismatch_max])
         self.ratio_max = None if top == -math.inf else top
 
-    def add(self, batch: MicroBatch, loss: float, kl: float, logp: torch.Tensor,
-            entropy: torch.Tensor, terms: TokenTerms) -> None:  # fmt: skip
+    def add(
+        self, batch: MicroBatch, loss: float, kl: float, logp: torch.Tensor, entropy: torch.Tensor, terms: TokenTerms
+    ) -> None:
         real = batch.completion_mask.bool()
         self.loss += loss
         self.kl += kl
@@ -147,8 +162,7 @@ class Learner:
 
     def _logprobs(self, policy: Policy, batch: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
         one_pass = self._parallel is not None and self._parallel.one_pass
-        return grouped_logprobs(policy, batch, self.temperature, self.min_new_tokens,
-                                share_prompt=not one_pass)  # fmt: skip
+        return grouped_logprobs(policy, batch, self.temperature, self.min_new_tokens, share_prompt=not one_pass)
 
     def step(self, groups: Sequence[TrainGroup]) -> dict[str, float]:
         algorithm = self.algorithm
@@ -179,9 +193,7 @@ class Learner:
             batch = stack([groups[i] for i in members]).to(device)
             every = self.trainer.reduce_gradients == "micro_batch"
             with self._gradient_sync(last=every or index == count - 1):
-                loss, kl_share, logp, entropy, terms = self._loss(
-                    batch, advantages[members], num_tokens, num_rows
-                )
+                loss, kl_share, logp, entropy, terms = self._loss(batch, advantages[members], num_tokens, num_rows)
                 weight = scale if index < len(cuts) else 0
                 (loss * weight).backward()
             if index < len(cuts):
@@ -239,17 +251,15 @@ class Learner:
         logp, entropy = self._logprobs(self._forward, batch)
         kl_in_loss = algorithm.kl_coef > 0 and algorithm.kl_in == "loss"
         ref_logp = self._reference_logprobs(batch) if kl_in_loss else None
-        terms = token_terms(algorithm, logp, batch.behaviour_logprobs, advantages.flatten(),
-                            batch.completion_mask, entropy, ref_logp)  # fmt: skip
-        share = (batch.completion_mask, algorithm.aggregation, num_tokens, num_rows,
-                 algorithm.loss_constant)  # fmt: skip
+        terms = token_terms(
+            algorithm, logp, batch.behaviour_logprobs, advantages.flatten(), batch.completion_mask, entropy, ref_logp
+        )
+        share = (batch.completion_mask, algorithm.aggregation, num_tokens, num_rows, algorithm.loss_constant)
         loss = aggregate(terms.per_token, *share)
         kl = 0.0 if terms.kl is None else float(aggregate(terms.kl.detach(), *share))
         return loss, kl, logp, entropy, terms
 
-    def _update(
-        self, stats: _StepStats, rewards: torch.Tensor, num_tokens: float
-    ) -> dict[str, float]:
+    def _update(self, stats: _StepStats, rewards: torch.Tensor, num_tokens: float) -> dict[str, float]:
         """Clip, step (unless something is non-finite) and report."""
         trainable = self.trainable()
         grad_norm = torch.nn.utils.clip_grad_norm_(trainable, self.trainer.max_grad_norm)

@@ -169,9 +169,7 @@ def model_shape(config: ModelConfig) -> ModelShape:
         if config.path is None:
             return shape_of(build_policy(config, seed=0).model, config.lora)
         try:
-            model = AutoModelForCausalLM.from_config(
-                AutoConfig.from_pretrained(config.path, local_files_only=True)
-            )
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(config.path, local_files_only=True))
         except (OSError, ValueError) as err:  # not a causal LM transformers knows
             first = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise ConfigError(f"model.path {config.path}: {first}") from None
@@ -191,8 +189,7 @@ class Shapes:
         return self._known[key]
 
 
-def activation_bytes(shape: ModelShape, trainer: TrainerConfig, tokens: int,
-                     completion_tokens: int, width: int) -> int:  # fmt: skip
+def activation_bytes(shape: ModelShape, trainer: TrainerConfig, tokens: int, completion_tokens: int, width: int) -> int:
     """One micro-batch's activations (values of `width` bytes) and float32 logits."""
     hidden, mlp = LAYER_HIDDEN, LAYER_MLP
     if trainer.activation_checkpointing:
@@ -206,20 +203,26 @@ def _width(trainer: TrainerConfig) -> int:
     return 2 if trainer.dtype == "bfloat16" else 4
 
 
-def _warm_start(shape: ModelShape, trainer: TrainerConfig, work: Workload, base: dict[str, int],
-                leader: bool) -> list[Estimate]:  # fmt: skip
+def _warm_start(
+    shape: ModelShape, trainer: TrainerConfig, work: Workload, base: dict[str, int], leader: bool
+) -> list[Estimate]:
     """Rank 0's warm start as a phase, when it has one."""
     if not (leader and work.warm_start_tokens):
         return []
     width, tokens = _width(trainer), work.warm_start_tokens
-    return [Estimate("warm start", base | {
-        "training state": 5 * shape.num_params * width,
-        "activations": activation_bytes(shape, trainer, tokens, tokens, width),
-    })]  # fmt: skip
+    return [
+        Estimate(
+            "warm start",
+            base
+            | {
+                "training state": 5 * shape.num_params * width,
+                "activations": activation_bytes(shape, trainer, tokens, tokens, width),
+            },
+        )
+    ]
 
 
-def estimate_rank(shape: ModelShape, trainer: TrainerConfig, work: Workload,
-                  leader: bool = True) -> Estimate:  # fmt: skip
+def estimate_rank(shape: ModelShape, trainer: TrainerConfig, work: Workload, leader: bool = True) -> Estimate:
     """One trainer rank's peak on the host, computing there (`leader`: rank 0, which
     warm-starts)."""
     width = _width(trainer)
@@ -231,8 +234,7 @@ def estimate_rank(shape: ModelShape, trainer: TrainerConfig, work: Workload,
     return max(phases, key=lambda estimate: estimate.total)
 
 
-def estimate_gpu(shape: ModelShape, trainer: TrainerConfig, work: Workload,
-                 leader: bool = True) -> Estimate:  # fmt: skip
+def estimate_gpu(shape: ModelShape, trainer: TrainerConfig, work: Workload, leader: bool = True) -> Estimate:
     """One cuda rank's peak on its GPU (not calibrated; see the module docstring)."""
     width = _width(trainer)
     compute = 2 if trainer.sharding == "fsdp" and trainer.ranks > 1 else width
@@ -257,8 +259,9 @@ def host_rank(shape: ModelShape, trainer: TrainerConfig, work: Workload, leader:
     return BASELINE_BYTES + shape.num_params * 4 + offloaded
 
 
-def training_terms(shape: ModelShape, trainer: TrainerConfig, work: Workload, width: int,
-                   compute_width: int) -> dict[str, int]:  # fmt: skip
+def training_terms(
+    shape: ModelShape, trainer: TrainerConfig, work: Workload, width: int, compute_width: int
+) -> dict[str, int]:
     """The training phase's terms (see the module docstring)."""
     ranks = trainer.ranks
     fsdp = trainer.sharding == "fsdp" and ranks > 1
@@ -271,7 +274,7 @@ def training_terms(shape: ModelShape, trainer: TrainerConfig, work: Workload, wi
         "optimizer": 2 * trained // shards,
         "activations": activation_bytes(
             shape, trainer, work.tokens(one_pass=fsdp), work.completion_tokens, compute_width
-        ),  # fmt: skip
+        ),
     }
     if work.reference:
         terms["reference"] = shape.num_params * width

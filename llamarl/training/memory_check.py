@@ -57,13 +57,17 @@ def run_workload(config: RunConfig) -> Workload:
     completions = groups * gen.num_samples * longest
     warm_start = trainer.sft_batch_size * 2 * (longest + 1) if trainer.sft_steps else 0
     reference = config.algorithm.kl_coef > 0 and config.model.lora is None
-    return Workload(prompt_tokens=groups * longest, completion_tokens=completions,
-                    num_samples=gen.num_samples, micro_batches=-(-per_rank // groups),
-                    warm_start_tokens=warm_start, reference=reference)  # fmt: skip
+    return Workload(
+        prompt_tokens=groups * longest,
+        completion_tokens=completions,
+        num_samples=gen.num_samples,
+        micro_batches=-(-per_rank // groups),
+        warm_start_tokens=warm_start,
+        reference=reference,
+    )
 
 
-def host_memory(cgroups: Path = Path("/sys/fs/cgroup"),
-                my_cgroup: Path = Path("/proc/self/cgroup")) -> tuple[int, str]:  # fmt: skip
+def host_memory(cgroups: Path = Path("/sys/fs/cgroup"), my_cgroup: Path = Path("/proc/self/cgroup")) -> tuple[int, str]:
     """The memory this process's host may use and what limits it: the machine's memory, or a
     lower limit of this process's cgroup or an ancestor's (v2 memory.max, v1 memory controller
     memory.limit_in_bytes)."""
@@ -102,8 +106,7 @@ def host_need(config: RunConfig, shape: ModelShape, generators: bool) -> tuple[i
     other = host_rank(shape, config.trainer, work, leader=False)
     total = first + (config.trainer.ranks - 1) * other
     if generators:
-        weights = (shape.num_params + shape.num_trained if config.model.lora else
-                   shape.num_params) * 4  # fmt: skip
+        weights = (shape.num_params + shape.num_trained if config.model.lora else shape.num_params) * 4
         total += config.workers.num_generators * (GENERATOR_BASELINE_BYTES + weights)
         total += shape.num_trained * 4
     return total, first, other
@@ -114,12 +117,16 @@ def shortfall(config: RunConfig, shapes: Shapes, generators: bool) -> str | None
     trainer = config.trainer
     shape = shapes.of(config.model)
     if trainer.device == "cuda" and torch.cuda.is_available():
-        gpu = min(torch.cuda.get_device_properties(i).total_memory for i in range(
-            min(trainer.ranks, torch.cuda.device_count())))  # fmt: skip
+        gpu = min(
+            torch.cuda.get_device_properties(i).total_memory
+            for i in range(min(trainer.ranks, torch.cuda.device_count()))
+        )
         per_gpu = estimate_gpu(shape, trainer, run_workload(config)).total
         if per_gpu > gpu:
-            return (f"each of {trainer.ranks} cuda trainer ranks needs about {per_gpu / GiB:.1f} "
-                    f"GiB of GPU memory and its GPU has {gpu / GiB:.1f} GiB")  # fmt: skip
+            return (
+                f"each of {trainer.ranks} cuda trainer ranks needs about {per_gpu / GiB:.1f} "
+                f"GiB of GPU memory and its GPU has {gpu / GiB:.1f} GiB"
+            )
     total, first, other = host_need(config, shape, generators)
     limit, where = host_memory()
     if total <= limit:
@@ -129,8 +136,7 @@ def shortfall(config: RunConfig, shapes: Shapes, generators: bool) -> str | None
         need = f"{trainer.ranks} trainer ranks need about {other / GiB:.1f} GiB each"
         need += f" (rank 0 {first / GiB:.1f} GiB)" if first != other else ""
     with_generators = " with the generators' weights" if generators else ""
-    return (f"{need}, {total / GiB:.1f} GiB in all{with_generators}, and {where} "
-            f"{limit / GiB:.1f} GiB")  # fmt: skip
+    return f"{need}, {total / GiB:.1f} GiB in all{with_generators}, and {where} {limit / GiB:.1f} GiB"
 
 
 Change = tuple[str, dict[str, dict[str, object]]]
@@ -145,25 +151,21 @@ def _changes(config: RunConfig) -> tuple[list[Change], list[Change]]:
     if trainer.sharding == "ddp" and trainer.ranks > 1:
         changes.append(("trainer.sharding: fsdp", {"trainer": {"sharding": "fsdp"}}))
     if trainer.ranks > 1 and trainer.reduce_gradients == "step":  # lowers fsdp's estimate
-        changes.append(("trainer.reduce_gradients: micro_batch",
-                        {"trainer": {"reduce_gradients": "micro_batch"}}))  # fmt: skip
+        changes.append(("trainer.reduce_gradients: micro_batch", {"trainer": {"reduce_gradients": "micro_batch"}}))
     if not trainer.activation_checkpointing:
-        changes.append(("trainer.activation_checkpointing: true",
-                        {"trainer": {"activation_checkpointing": True}}))  # fmt: skip
+        changes.append(("trainer.activation_checkpointing: true", {"trainer": {"activation_checkpointing": True}}))
     if trainer.sft_steps:
         changes.append(("trainer.sft_steps: 0", {"trainer": {"sft_steps": 0}}))
     if config.model.lora is None:
         lora: dict[str, dict[str, object]] = {"model": {"lora": LoraConfig()}}
         if trainer.sft_steps:  # adapters go on the base the generators load: no warm start
-            changes.append(("trainer.sft_steps: 0 and model.lora: {r: 16}",
-                            lora | {"trainer": {"sft_steps": 0}}))  # fmt: skip
+            changes.append(("trainer.sft_steps: 0 and model.lora: {r: 16}", lora | {"trainer": {"sft_steps": 0}}))
         else:
             changes.append(("model.lora: {r: 16}", lora))
     smaller: list[Change] = []
     tokens = trainer.micro_batch_tokens // 2
     while tokens >= gen.num_samples * 2 * completion_tokens(config):
-        smaller.append((f"trainer.micro_batch_tokens: {tokens}",
-                        {"trainer": {"micro_batch_tokens": tokens}}))  # fmt: skip
+        smaller.append((f"trainer.micro_batch_tokens: {tokens}", {"trainer": {"micro_batch_tokens": tokens}}))
         tokens //= 2
     return changes, smaller
 
@@ -174,8 +176,9 @@ def _changed(config: RunConfig, changes: list[Change]) -> RunConfig:
     for _, sections in changes:
         for section, fields in sections.items():
             updates.setdefault(section, {}).update(fields)
-    return config.model_copy(update={section: getattr(config, section).model_copy(update=fields)
-                                     for section, fields in updates.items()})  # fmt: skip
+    return config.model_copy(
+        update={section: getattr(config, section).model_copy(update=fields) for section, fields in updates.items()}
+    )
 
 
 def fix(config: RunConfig, shapes: Shapes, generators: bool) -> str:

@@ -51,12 +51,8 @@ class Order:
 
 
 def _encode_order(order: Order, run_id: str) -> bytes:
-    frames = [
-        encode(make_envelope(g, run_id=run_id, sender="trainer", policy_version=0))
-        for g in order.groups
-    ]
-    wire = {"op": order.op, "step": order.step, "policy_version": order.policy_version,
-            "groups": frames}  # fmt: skip
+    frames = [encode(make_envelope(g, run_id=run_id, sender="trainer", policy_version=0)) for g in order.groups]
+    wire = {"op": order.op, "step": order.step, "policy_version": order.policy_version, "groups": frames}
     return bytes(msgpack.packb(wire, use_bin_type=True))
 
 

@@ -46,10 +46,7 @@ def episode_demonstration(policy: Policy, new_env: Callable[[], Any], kind: str)
     renderer = TurnRenderer(policy)
     probe = new_env()
     if not callable(getattr(probe, "demonstration", None)):
-        raise ConfigError(
-            f"environment.kind {kind} has no demonstration() to warm-start on; "
-            "set trainer.sft_steps: 0"
-        )
+        raise ConfigError(f"environment.kind {kind} has no demonstration() to warm-start on; set trainer.sft_steps: 0")
 
     def tokens(example: Example) -> tuple[list[int], list[int]]:
         env: Any = new_env()
@@ -131,14 +128,11 @@ def supervised_warm_start(
     return losses
 
 
-def starting_policy(
-    config: RunConfig, prompt_set: PromptSet, listener: Listener | None = None
-) -> Policy:
+def starting_policy(config: RunConfig, prompt_set: PromptSet, listener: Listener | None = None) -> Policy:
     """The policy RL starts from: loaded or built, placed on the trainer's device in its dtype,
     then warm-started there when sft_steps > 0 (seeded from the config, leaving the caller's RNG
     state as it was)."""
-    policy = place(make_policy(config.model, config.seed), config.trainer.device,
-                   config.trainer.dtype)  # fmt: skip
+    policy = place(make_policy(config.model, config.seed), config.trainer.device, config.trainer.dtype)
     if config.trainer.sft_steps:
         demonstrate = None
         environment = config.environment

@@ -42,9 +42,7 @@ def load_shards(model: torch.nn.Module, optimizer: torch.optim.Optimizer, checkp
     with warnings.catch_warnings():  # one process without a group: torch says it reads alone
         warnings.simplefilter("ignore", UserWarning)
         dcp.load(state, checkpoint_id=str(checkpoint / SHARDS))
-    set_state_dict(
-        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
-    )
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
 
 def load_weights(model: torch.nn.Module, checkpoint: Path) -> None:

@@ -130,9 +130,7 @@ class Shards(DataParallel):
     def __init__(self, device: torch.device, config: TrainerConfig) -> None:
         self.options: dict[str, Any] = {}
         if device.type == "cuda":
-            self.options["mp_policy"] = MixedPrecisionPolicy(
-                param_dtype=torch.bfloat16, reduce_dtype=torch.float32
-            )
+            self.options["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
             if config.offload:
                 self.options["offload_policy"] = CPUOffloadPolicy()
 

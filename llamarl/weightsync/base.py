@@ -77,9 +77,7 @@ class WeightPublisher(ABC, Generic[Handle]):
     def _advance(self, policy_version: int) -> None:
         """Record a version as published; StaleVersionError unless it is above the last one."""
         if policy_version <= self._published:
-            raise StaleVersionError(
-                f"publish of version {policy_version} after version {self._published}"
-            )
+            raise StaleVersionError(f"publish of version {policy_version} after version {self._published}")
         self._published = policy_version
 
 
@@ -99,9 +97,7 @@ class WeightReceiver(ABC, Generic[Fetched]):
     name: ClassVar[str]
 
     @abstractmethod
-    def fetch(
-        self, meta: Mapping[str, str], should_stop: StopCheck = never_stop
-    ) -> tuple[int, Fetched]:
+    def fetch(self, meta: Mapping[str, str], should_stop: StopCheck = never_stop) -> tuple[int, Fetched]:
         """Pull the version `meta` (an announcement, as stored) describes; waits end early when
         `should_stop()` turns true."""
 

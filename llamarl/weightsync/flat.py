@@ -234,8 +234,7 @@ def assign_rows(model: torch.nn.Module, pieces: list[torch.Tensor]) -> None:
     moved to its device. SyncError, before anything changes, when the sizes disagree."""
     objects = weight_objects(model)
     parameters = {id(p) for p in model.parameters()}
-    counts = [[_rows_values(t, i, len(pieces), id(t) in parameters) for t in objects]
-              for i in range(len(pieces))]  # fmt: skip
+    counts = [[_rows_values(t, i, len(pieces), id(t) in parameters) for t in objects] for i in range(len(pieces))]
     if [sum(c) for c in counts] != [p.numel() for p in pieces]:
         raise SyncError(
             f"received shards of {[p.numel() for p in pieces]} values, the model's rows layout "

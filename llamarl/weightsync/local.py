@@ -54,8 +54,13 @@ class LocalPublisher(WeightPublisher[torch.nn.Module]):
     def publish(self, staged: Staged[torch.nn.Module]) -> Meta:
         self._advance(staged.policy_version)
         self._latest = (staged.policy_version, staged.handle)
-        return {"transport": self.name, "endpoint": self.endpoint,
-                "num_bytes": staged.num_bytes, "checksum": "", "layout": WHOLE.layout}  # fmt: skip
+        return {
+            "transport": self.name,
+            "endpoint": self.endpoint,
+            "num_bytes": staged.num_bytes,
+            "checksum": "",
+            "layout": WHOLE.layout,
+        }
 
     def latest(self) -> tuple[int, torch.nn.Module] | None:
         return self._latest
@@ -73,9 +78,7 @@ class LocalReceiver(WeightReceiver[torch.nn.Module]):
 
     name = transport_name(LocalSync)
 
-    def fetch(
-        self, meta: Mapping[str, str], should_stop: StopCheck = never_stop
-    ) -> tuple[int, torch.nn.Module]:
+    def fetch(self, meta: Mapping[str, str], should_stop: StopCheck = never_stop) -> tuple[int, torch.nn.Module]:
         announced = Announced.parse(meta, self.name)
         publisher = _endpoints.get(announced.endpoint)
         latest = publisher.latest() if publisher is not None else None

@@ -91,10 +91,16 @@ def decode(data: bytes, *expected: type[Any]) -> Any:
         raise ProtocolError("oversize", f"{len(data)} bytes > limit {MAX_FRAME_BYTES}")
     try:
         wire = msgpack.unpackb(
-            data, raw=False, strict_map_key=True, ext_hook=_refuse_ext, max_ext_len=0,
-            max_str_len=MAX_FRAME_BYTES, max_bin_len=MAX_FRAME_BYTES, max_array_len=16,
+            data,
+            raw=False,
+            strict_map_key=True,
+            ext_hook=_refuse_ext,
+            max_ext_len=0,
+            max_str_len=MAX_FRAME_BYTES,
+            max_bin_len=MAX_FRAME_BYTES,
+            max_array_len=16,
             max_map_len=16,
-        )  # fmt: skip
+        )
     except Exception as err:  # msgpack raises many types on bad input; all mean garbage
         raise ProtocolError("garbage", f"not a msgpack frame ({type(err).__name__})") from None
     if type(wire) is not dict or wire.keys() != {"kind", "body"}:
@@ -184,9 +190,13 @@ def join_shards(metas: list[dict[str, str | int]]) -> dict[str, str | int]:
 SHARD_POLL_S = 0.005
 
 
-def joined_shards(read_shards: Callable[[], Mapping[int, Mapping[str, str]]], world: int,
-                  policy_version: int, own: dict[str, str | int],
-                  timeout_s: float) -> dict[str, str | int] | None:  # fmt: skip
+def joined_shards(
+    read_shards: Callable[[], Mapping[int, Mapping[str, str]]],
+    world: int,
+    policy_version: int,
+    own: dict[str, str | int],
+    timeout_s: float,
+) -> dict[str, str | int] | None:
     """Rank 0's view of a version: its metadata joined with every other rank's shard (as
     `read_shards` returns them, rank -> meta) once each has recorded it; None when a rank has
     moved past it (the newer one is announced next); SyncError when one has not within
@@ -202,6 +212,5 @@ def joined_shards(read_shards: Callable[[], Mapping[int, Mapping[str, str]]], wo
             metas += [{**shards[r]} for r in range(1, world)]
             return join_shards(metas)
         if time.monotonic() > deadline:
-            raise SyncError(f"version {policy_version}: trainer ranks {versions} did not "
-                            "publish their shards in time")  # fmt: skip
+            raise SyncError(f"version {policy_version}: trainer ranks {versions} did not publish their shards in time")
         time.sleep(SHARD_POLL_S)

@@ -92,9 +92,12 @@ class P2PWeightServer:
         self.timeout_s = timeout_s
         self.bucket_values = max(1, bucket_bytes // 4)
         self.store = dist.TCPStore(
-            host, 0, is_master=True, wait_for_workers=False,
+            host,
+            0,
+            is_master=True,
+            wait_for_workers=False,
             timeout=datetime.timedelta(seconds=timeout_s),
-        )  # fmt: skip
+        )
         self._ctx = zmq.Context()
         self._auth = curve.authenticator(self._ctx) if curve is not None else None
         self._control = make_socket(self._ctx, zmq.ROUTER, 100, curve, server=True)
@@ -171,10 +174,17 @@ class P2PWeightServer:
         if known is not None and known[0] != held:
             known = None
         name = known[0] if known is not None else f"w{next(self._names)}-{peer}"
-        self._answer(identity, TransferReply(
-            weights.policy_version, weights.num_bytes, weights.checksum, self.store.port, name,
-            self.bucket_values,
-        ))  # fmt: skip
+        self._answer(
+            identity,
+            TransferReply(
+                weights.policy_version,
+                weights.num_bytes,
+                weights.checksum,
+                self.store.port,
+                name,
+                self.bucket_values,
+            ),
+        )
         try:
             if known is None:
                 store = dist.PrefixStore(name, self.store)
@@ -230,9 +240,7 @@ def _parse_reply(raw: bytes, endpoint: str) -> TransferReply:
         raise SyncError(f"weight server at {endpoint}: malformed reply ({err})") from None
     if isinstance(reply, TransferRefusal):
         refused = NotYet if reply.not_yet else SyncError
-        raise refused(
-            f"trainer weight server at {endpoint}: {reply.error[: messages.MAX_ERROR_TEXT]}"
-        )
+        raise refused(f"trainer weight server at {endpoint}: {reply.error[: messages.MAX_ERROR_TEXT]}")
     return reply
 
 
@@ -240,8 +248,9 @@ class P2PReceiver:
     """A generator's end towards one weight server: pulls versions, keeping the pair group
     between pulls (a new one is formed after a failure or when the server names another)."""
 
-    def __init__(self, worker_id: str, backend: PairBackend, timeout_s: float,
-                 curve: Curve | None = None, checksum: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self, worker_id: str, backend: PairBackend, timeout_s: float, curve: Curve | None = None, checksum: bool = True
+    ) -> None:
         self.worker_id = worker_id
         self.checksum = checksum
         self.backend = backend
@@ -249,9 +258,7 @@ class P2PReceiver:
         self.curve = curve
         self._group: tuple[str, str, Any] | None = None  # (endpoint, name, group)
 
-    def ask(
-        self, endpoint: str, policy_version: int, should_stop: StopCheck = never_stop
-    ) -> TransferReply:
+    def ask(self, endpoint: str, policy_version: int, should_stop: StopCheck = never_stop) -> TransferReply:
         """Ask the server at `endpoint` for `policy_version` (again while it has not published
         it yet, up to the timeout); its reply. The transfer must follow (`receive`)."""
         deadline = time.monotonic() + self.timeout_s
@@ -263,8 +270,7 @@ class P2PReceiver:
                     raise
                 time.sleep(POLL_MS / 1000)
 
-    def _ask_once(self, endpoint: str, policy_version: int, should_stop: StopCheck,
-                  deadline: float) -> TransferReply:  # fmt: skip
+    def _ask_once(self, endpoint: str, policy_version: int, should_stop: StopCheck, deadline: float) -> TransferReply:
         ctx = zmq.Context()
         sock = make_socket(ctx, zmq.DEALER, 10, self.curve)
         try:
@@ -276,9 +282,7 @@ class P2PReceiver:
                 if should_stop():
                     raise SyncError(f"stopped while waiting for the weight server at {endpoint}")
                 if time.monotonic() > deadline:
-                    raise SyncError(
-                        f"trainer weight server at {endpoint} did not answer in {self.timeout_s}s"
-                    )
+                    raise SyncError(f"trainer weight server at {endpoint} did not answer in {self.timeout_s}s")
             return _parse_reply(sock.recv_multipart()[-1], endpoint)
         finally:
             sock.close(linger=0)
@@ -289,12 +293,12 @@ class P2PReceiver:
             return self._group[2]
         host = urlparse(endpoint).hostname or "127.0.0.1"
         store = dist.TCPStore(
-            host, reply.store_port, is_master=False,
+            host,
+            reply.store_port,
+            is_master=False,
             timeout=datetime.timedelta(seconds=self.timeout_s),
-        )  # fmt: skip
-        group = self.backend.make_group(
-            dist.PrefixStore(reply.group, store), 1, self.timeout_s, address_towards(host)
         )
+        group = self.backend.make_group(dist.PrefixStore(reply.group, store), 1, self.timeout_s, address_towards(host))
         self._group = (endpoint, reply.group, group)
         return group
 
@@ -319,9 +323,7 @@ class P2PReceiver:
                     digest.update(into[start:end].cpu())
         except (RuntimeError, dist.DistError) as err:
             self._group = None
-            raise SyncError(
-                f"weight transfer from {endpoint} failed: {str(err).splitlines()[0]}"
-            ) from None
+            raise SyncError(f"weight transfer from {endpoint} failed: {str(err).splitlines()[0]}") from None
         if self.checksum and digest.hexdigest() != reply.checksum:
             raise SyncError(f"weights from {endpoint}: checksum mismatch")
 

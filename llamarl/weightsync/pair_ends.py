@@ -88,9 +88,13 @@ class PairGroupPublisher(WeightPublisher[torch.Tensor]):
         digest = checksum(staged.handle)
         self._server.publish(FlatWeights(staged.policy_version, staged.handle, digest))
         self._staged.discard(id(staged.handle))
-        return {"transport": self.name, "endpoint": self._server.endpoint,
-                "num_bytes": staged.num_bytes, "checksum": digest,
-                "layout": self.shard.layout}  # fmt: skip
+        return {
+            "transport": self.name,
+            "endpoint": self._server.endpoint,
+            "num_bytes": staged.num_bytes,
+            "checksum": digest,
+            "layout": self.shard.layout,
+        }
 
     def discard(self, staged: Staged[torch.Tensor]) -> None:
         self._staged.discard(id(staged.handle))
@@ -122,8 +126,9 @@ class PairGroupReceiver(WeightReceiver[tuple[torch.Tensor, Received]]):
     def _client(self, endpoint: str) -> P2PReceiver:
         if endpoint not in self._clients:
             config = self._config
-            self._clients[endpoint] = P2PReceiver(self._worker_id, self.backend, config.timeout_s,
-                                                  self._curve, checksum=config.verify != "size")  # fmt: skip
+            self._clients[endpoint] = P2PReceiver(
+                self._worker_id, self.backend, config.timeout_s, self._curve, checksum=config.verify != "size"
+            )
         return self._clients[endpoint]
 
     def fetch(
@@ -135,8 +140,7 @@ class PairGroupReceiver(WeightReceiver[tuple[torch.Tensor, Received]]):
         replies = [self._client(e).ask(e, version, should_stop) for e in endpoints]
         total = sum(reply.num_bytes for reply in replies)
         if total != announced.num_bytes:
-            raise SyncError(f"version {version}: shards of {total} bytes, announced "
-                            f"{announced.num_bytes}")  # fmt: skip
+            raise SyncError(f"version {version}: shards of {total} bytes, announced {announced.num_bytes}")
         into, self._spare = self._spare, None
         device = self.backend.device
         if into is None or into.numel() * 4 != total or into.device.type != device:

@@ -1,7 +1,8 @@
 """Transports by name: `make_publisher` / `make_receiver` build the two ends from `sync` config.
 
 `TRANSPORTS` maps each `sync` config variant (whose `transport` literal is the one spelling of its
-name) to the factories of its two ends; nothing in the library compares transport names. `auto` is resolved here and only here (`resolve_transport`):
+name) to the factories of its two ends; nothing in the library compares transport names.
+`auto` is resolved here and only here (`resolve_transport`):
 shm when the weight server's address (advertise_host, else host) is this host's own (loopback
 or unspecified: one host, as `llamarl run` is); else nccl when CUDA is present; else gloo.
 """
@@ -52,15 +53,11 @@ TRANSPORTS: dict[type[ConcreteSync], Transport] = {
         lambda config, worker_id, curve: ShmReceiver(config),
     ),
     GlooSync: Transport(
-        lambda config, run_id, curve, on_reject, shard: GlooPublisher(
-            config, curve, on_reject, shard
-        ),
+        lambda config, run_id, curve, on_reject, shard: GlooPublisher(config, curve, on_reject, shard),
         lambda config, worker_id, curve: GlooReceiver(config, worker_id, curve),
     ),
     NcclSync: Transport(
-        lambda config, run_id, curve, on_reject, shard: NcclPublisher(
-            config, curve, on_reject, shard
-        ),
+        lambda config, run_id, curve, on_reject, shard: NcclPublisher(config, curve, on_reject, shard),
         lambda config, worker_id, curve: NcclReceiver(config, worker_id, curve),
     ),
     LocalSync: Transport(
@@ -126,9 +123,7 @@ def make_publisher(
     return TRANSPORTS[type(config)].publisher(config, run_id, curve, on_reject, shard)
 
 
-def make_receiver(
-    sync_config: SyncConfig, worker_id: str, curve: Curve | None = None
-) -> WeightReceiver[Any]:
+def make_receiver(sync_config: SyncConfig, worker_id: str, curve: Curve | None = None) -> WeightReceiver[Any]:
     """A generator's end of the configured transport."""
     config = resolve_transport(sync_config)
     return TRANSPORTS[type(config)].receiver(config, worker_id, curve)

@@ -192,9 +192,14 @@ class ShmPublisher(WeightPublisher[StagedFile]):
         os.replace(file.temp, file.target)
         self.path(staged.policy_version - KEEP_VERSIONS).unlink(missing_ok=True)
         self.prepare_next(file.num_bytes)
-        return {"transport": self.name, "endpoint": str(file.target),
-                "num_bytes": file.num_bytes, "checksum": digest,
-                "layout": self.shard.layout, "shared_memory": self.domain}  # fmt: skip
+        return {
+            "transport": self.name,
+            "endpoint": str(file.target),
+            "num_bytes": file.num_bytes,
+            "checksum": digest,
+            "layout": self.shard.layout,
+            "shared_memory": self.domain,
+        }
 
     def discard(self, staged: Staged[StagedFile]) -> None:
         staged.handle.temp.unlink(missing_ok=True)
@@ -236,9 +241,7 @@ class ShmReceiver(WeightReceiver[Received]):
     def __init__(self, config: ShmSync) -> None:
         self.always_checksum = config.verify == "always"
 
-    def fetch(
-        self, meta: Mapping[str, str], should_stop: StopCheck = never_stop
-    ) -> tuple[int, Received]:
+    def fetch(self, meta: Mapping[str, str], should_stop: StopCheck = never_stop) -> tuple[int, Received]:
         announced = Announced.parse(meta, self.name)
         check_same_shared_memory(announced)
         endpoints = announced.endpoints
@@ -247,8 +250,10 @@ class ShmReceiver(WeightReceiver[Received]):
         else:
             sizes = [_file_size(e) for e in endpoints]
             if sum(sizes) != announced.num_bytes:
-                raise SyncError(f"version {announced.policy_version}: shard files of "
-                                f"{sum(sizes)} bytes, announced {announced.num_bytes}")  # fmt: skip
+                raise SyncError(
+                    f"version {announced.policy_version}: shard files of "
+                    f"{sum(sizes)} bytes, announced {announced.num_bytes}"
+                )
         checksums = announced.checksums if self.always_checksum else [None] * len(endpoints)
         pieces = [
             fetch_shm(endpoint, size, expected)

@@ -34,9 +34,7 @@ class ZmqHarness:
         self._pub: zmq.Socket | None = None
 
     def client(self, sender: str, on_reject: RejectHook | None = None, **kw: Any) -> Bus:
-        client = BusClient(
-            self.endpoints, run_id=RUN_ID, sender=sender, hwm=self.hwm, on_reject=on_reject, **kw
-        )
+        client = BusClient(self.endpoints, run_id=RUN_ID, sender=sender, hwm=self.hwm, on_reject=on_reject, **kw)
         self.clients.append(client)
         return client
 
@@ -57,9 +55,7 @@ class ZmqHarness:
         """Ready handshake for the slow joiner: send valid messages until one comes through."""
         listener = self.client("ready-check")
         sub = listener.subscribe([CONTROL])
-        payload = encode(
-            make_envelope(Control("ready", {}), run_id=RUN_ID, sender="raw", policy_version=0)
-        )
+        payload = encode(make_envelope(Control("ready", {}), run_id=RUN_ID, sender="raw", policy_version=0))
         deadline = time.monotonic() + 10
         while sub.recv(20) is None:
             assert time.monotonic() < deadline, "the raw publisher never became ready"

@@ -106,10 +106,7 @@ def test_each_work_message_reaches_exactly_one_of_several_consumers(harness: Har
     num_producers, num_each = 2, 1000
     stop = threading.Event()
     out: dict[str, list[tuple[str, int]]] = {}
-    threads = [
-        threading.Thread(target=_consume, args=(harness, f"c{n}", stop, out), daemon=True)
-        for n in range(3)
-    ]
+    threads = [threading.Thread(target=_consume, args=(harness, f"c{n}", stop, out), daemon=True) for n in range(3)]
     for thread in threads:
         thread.start()
     producers = [harness.client(f"p{n}") for n in range(num_producers)]
@@ -225,9 +222,9 @@ def test_a_receiver_refuses_and_reports_what_its_own_limit_forbids(harness: Harn
     """A message the bus carries but over the receiving client's size limit goes to on_reject;
     the next message is still delivered."""
     rejected: list[tuple[str, str]] = []
-    consumer = harness.client(
-        "small", on_reject=lambda r, d: rejected.append((r, d)), max_message_bytes=4096
-    ).consume(ROLLOUTS)
+    consumer = harness.client("small", on_reject=lambda r, d: rejected.append((r, d)), max_message_bytes=4096).consume(
+        ROLLOUTS
+    )
     producer = harness.client("producer")
     producer.push(ROLLOUTS, rollout_group(1, length=2000), 0)
     producer.push(ROLLOUTS, rollout_group(2), 0)

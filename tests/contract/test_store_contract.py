@@ -103,9 +103,7 @@ def test_gate_stops_claims_until_a_publish_reopens_it(backend: Backend) -> None:
     assert store.ledger()["issued"] == 25
 
 
-@pytest.mark.parametrize(
-    ("max_staleness", "prompts_per_step", "versions"), [(0, 3, 3), (1, 5, 2), (3, 2, 4)]
-)
+@pytest.mark.parametrize(("max_staleness", "prompts_per_step", "versions"), [(0, 3, 3), (1, 5, 2), (3, 2, 4)])
 def test_gate_admits_exactly_the_python_bound(
     backend: Backend, max_staleness: int, prompts_per_step: int, versions: int
 ) -> None:
@@ -229,9 +227,7 @@ def test_only_a_lapsed_lease_is_reissued_not_a_renewed_or_ended_one(backend: Bac
     assert renewed and ended and lapsing  # `lapsing` expires no earlier than the other two
     assert store.renew_leases([renewed], 60) == [True]
     assert end(store, ended.ticket_id)
-    reissued = backend.until(
-        lambda: store.claim_tickets("w1", 3, **GATE, total_tickets=3), "reissue of the lapsed"
-    )
+    reissued = backend.until(lambda: store.claim_tickets("w1", 3, **GATE, total_tickets=3), "reissue of the lapsed")
     assert [(t.ticket_id, t.attempt) for t in reissued] == [(lapsing.ticket_id, 1)]
     assert store.renew_leases([renewed, ended, lapsing], 60) == [True, False, False]
     assert store.renew_leases([], 60) == []
@@ -257,8 +253,9 @@ def test_ending_is_exactly_once_and_writes_the_heartbeat(backend: Backend) -> No
     store = backend.store
     tickets = store.claim_tickets("g0", 3, **GATE)
     beat = WorkerBeat("trainer", TTL_S * 30, {"step": 7, "role": "trainer"})
-    ended = store.end_tickets([(tickets[0].ticket_id, "trained"), (tickets[1].ticket_id,
-                              "dropped_stale")], heartbeat=beat)  # fmt: skip
+    ended = store.end_tickets(
+        [(tickets[0].ticket_id, "trained"), (tickets[1].ticket_id, "dropped_stale")], heartbeat=beat
+    )
     assert ended == [True, True]
     assert store.end_tickets([(tickets[0].ticket_id, "trained")]) == [False]
     assert store.end_tickets([(tickets[2].ticket_id, "skipped")] * 2) == [True, False]

@@ -66,9 +66,7 @@ def test_registry_and_harness_agree() -> None:
     assert {transport_name(v) for v in concrete} == set(BACKENDS)
 
 
-def test_a_published_version_is_fetched_byte_identical_and_swapped_in(
-    backend: Backend, run_id: str
-) -> None:
+def test_a_published_version_is_fetched_byte_identical_and_swapped_in(backend: Backend, run_id: str) -> None:
     trainer = TiedModel(WIDTH, seed=1)
     publisher = make_publisher(backend.config(), run_id)
     generator = GeneratorSide(backend, backend.config(), seed=2)  # other weights to start with
@@ -99,9 +97,7 @@ def test_a_newer_version_replaces_an_older_one(backend: Backend, run_id: str) ->
     assert second[2] == third[2] == flat_bytes(trainer) != first[2]
 
 
-def test_the_publisher_refuses_a_version_that_does_not_move_forward(
-    backend: Backend, run_id: str
-) -> None:
+def test_the_publisher_refuses_a_version_that_does_not_move_forward(backend: Backend, run_id: str) -> None:
     trainer = TiedModel(WIDTH, seed=1)
     publisher = make_publisher(backend.config(), run_id)
     try:
@@ -132,9 +128,7 @@ def test_a_version_of_another_size_raises_sync_error_and_leaves_the_model_as_it_
     assert held == good[2] == flat_bytes(trainer)
 
 
-def test_a_corrupted_version_raises_sync_error_and_leaves_the_model_as_it_was(
-    backend: Backend, run_id: str
-) -> None:
+def test_a_corrupted_version_raises_sync_error_and_leaves_the_model_as_it_was(backend: Backend, run_id: str) -> None:
     if backend.corrupt is None:
         assert backend.sync["transport"] == "local"  # no bytes move: nothing can corrupt them
         return
@@ -205,6 +199,5 @@ def test_auto_resolves_in_one_place(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_transport(AutoSync(timeout_s=5)) == ShmSync(timeout_s=5)
     assert isinstance(resolve_transport(AutoSync(host="0.0.0.0")), ShmSync)
     remote = AutoSync(host="0.0.0.0", advertise_host="trainer", bucket_mb=2)
-    assert resolve_transport(remote) == GlooSync(host="0.0.0.0", advertise_host="trainer",
-                                                 bucket_mb=2)  # fmt: skip
+    assert resolve_transport(remote) == GlooSync(host="0.0.0.0", advertise_host="trainer", bucket_mb=2)
     assert resolve_transport(GlooSync()) == GlooSync()

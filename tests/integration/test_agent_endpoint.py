@@ -112,26 +112,20 @@ def test_a_three_turn_agent_records_the_tokens_the_engine_sampled(
         assert episode.end == "done" and episode.num_model_turns == 3
         answers = next(a for a in seen if [s["token_ids"] for s in a] == model_turns(episode))
         logprobs = [lp for s in answers for lp in s["logprobs"]]
-        assert [
-            lp for lp, v in zip(episode.logprobs, episode.versions, strict=True) if v >= 0
-        ] == logprobs
+        assert [lp for lp, v in zip(episode.logprobs, episode.versions, strict=True) if v >= 0] == logprobs
         assert {s["policy_version"] for s in answers} == {3}
         env = [t for t, v in zip(episode.tokens, episode.versions, strict=True) if v < 0]
         assert env == reply * 2  # the two replies between the three turns, nothing else
         assert episode.reward == float(episode.example.row["a"] % 2)
     groups = pack_episodes(episodes, examples(2), [(0, 0), (1, 0)])
     for group, pair in zip(groups, [episodes[:2], episodes[2:]], strict=True):
-        trained = train_group(
-            score_group(group, VerifierScorer(make_verifier("exact_int"), "exact_int"))
-        )
+        trained = train_group(score_group(group, VerifierScorer(make_verifier("exact_int"), "exact_int")))
         for row, episode in enumerate(pair):
             model = [int(v >= 0) for v in episode.versions]
             assert trained.completion_mask[row, : len(model)].tolist() == model
 
 
-def test_text_completions_extend_the_recorded_chain(
-    made: list[AgentRunner], rejected: Counter[str]
-) -> None:
+def test_text_completions_extend_the_recorded_chain(made: list[AgentRunner], rejected: Counter[str]) -> None:
     made.append(run := runner("text_turns", rejected))
     (episode,) = play(run, count=1, num_samples=1)
     (answers,) = [a for a in user_agents.SEEN.values() if len(a) == 2 and a[0]["logprobs"] == []]

@@ -27,17 +27,18 @@ from tests.integration.async_helpers import (
     ("max_staleness", "transport", "curve"),
     [(0, "shm", False), (1, "gloo", True), (2, "shm", False)],
 )
-def test_staleness_bound_and_balanced_ledger(
-    tmp_path: Path, max_staleness: int, transport: str, curve: bool
-) -> None:
+def test_staleness_bound_and_balanced_ledger(tmp_path: Path, max_staleness: int, transport: str, curve: bool) -> None:
     """With CURVE on (k=1) every bus and weight-sync socket of the run is encrypted. The trainer
     warm-starts in the run (a few steps: the learning tests start from a made checkpoint)."""
     keys = str(generate_keys(tmp_path / "keys")[0].parent) if curve else None
     config = write_config(
-        tmp_path, f"k{max_staleness}",
-        staleness={"max_staleness": max_staleness}, sync={"transport": transport},
-        broker={"curve_keys": keys}, trainer={"sft_steps": 3},
-    )  # fmt: skip
+        tmp_path,
+        f"k{max_staleness}",
+        staleness={"max_staleness": max_staleness},
+        sync={"transport": transport},
+        broker={"curve_keys": keys},
+        trainer={"sft_steps": 3},
+    )
     proc = launch(config)
     wait_for_steps(tmp_path / f"k{max_staleness}", 1, proc)
     tree = supervise.descendants(proc.pid)
@@ -55,8 +56,7 @@ def test_staleness_bound_and_balanced_ledger(
     assert supervise.wait_gone(tree, timeout_s=10) == []
     # Every generator pulled versions over the configured transport and swapped them in.
     syncs = [
-        json.loads(p.read_text())["syncs"]
-        for p in (tmp_path / f"k{max_staleness}" / "timers").glob("generator-*.json")
+        json.loads(p.read_text())["syncs"] for p in (tmp_path / f"k{max_staleness}" / "timers").glob("generator-*.json")
     ]
     assert len(syncs) == 2 and min(syncs) >= 2
     # Step 6's evaluation was shared (its one chunk taken by whoever held version 6 first), its
@@ -85,9 +85,7 @@ def test_sigint_leaves_no_child_behind(tmp_path: Path) -> None:
 
 
 def test_child_crash_ends_the_run_naming_the_role(tmp_path: Path) -> None:
-    config = write_config(
-        tmp_path, "crash", trainer={"num_steps": 100_000}, workers={"max_restarts": 0}
-    )
+    config = write_config(tmp_path, "crash", trainer={"num_steps": 100_000}, workers={"max_restarts": 0})
     proc = launch(config)
     wait_for_steps(tmp_path / "crash", 1, proc)
     tree = supervise.descendants(proc.pid)
@@ -105,10 +103,11 @@ def test_stopped_run_resumes_with_nothing_lost(tmp_path: Path) -> None:
     (tests/integration/first_ports_taken): each service binds another and says where."""
     steps = 150
     config = write_config(
-        tmp_path, "resume",
+        tmp_path,
+        "resume",
         trainer={"num_steps": steps, "checkpoint_every": 7},
         staleness={"max_staleness": 1, "lease_s": 2.0},
-    )  # fmt: skip
+    )
     run_dir = tmp_path / "resume"
     taken = tmp_path / "taken.txt"
     env = first_ports_taken(taken)

@@ -69,47 +69,75 @@ def _busy_port(tmp: Path) -> list[str]:
 CASES = [
     Case("an unknown config key", lambda t: _run(t, trainer={"num_step": 5}), 2),
     Case("a value out of bounds", lambda t: _run(t, trainer={"lr": -1}), 2),
-    Case("a run_dir that cannot be written (async)",
-         lambda t: _run(t, run_dir=str(t / "file" / "run")), 2),
+    Case("a run_dir that cannot be written (async)", lambda t: _run(t, run_dir=str(t / "file" / "run")), 2),
     Case("a malformed Redis URL", lambda t: _run(t, redis={"url": "localhost:6379"}), 2),
-    Case("an unreachable Redis URL",
-         lambda t: _run(t, redis={"url": "redis://127.0.0.1:9/0"}, broker={"port": 40000}), 1),
-    Case("a model.path that is not a model (sync)",
-         lambda t: _run(t, "--mode", "sync", model={"path": str(t / "nothing")}), 2),
-    Case("a model.path that is not a model (async)",
-         lambda t: _run(t, model={"path": str(t / "nothing")}), 2),
+    Case(
+        "an unreachable Redis URL", lambda t: _run(t, redis={"url": "redis://127.0.0.1:9/0"}, broker={"port": 40000}), 1
+    ),
+    Case(
+        "a model.path that is not a model (sync)",
+        lambda t: _run(t, "--mode", "sync", model={"path": str(t / "nothing")}),
+        2,
+    ),
+    Case("a model.path that is not a model (async)", lambda t: _run(t, model={"path": str(t / "nothing")}), 2),
     Case("the in-process transport in an async run", lambda t: _run(t, sync={"transport": "local"}), 2),
     Case("a jsonl task without a path", lambda t: _run(t, task={"kind": "jsonl"}), 2),
-    Case("a data row without its answer",
-         lambda t: _data(t, '{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2="}\n'), 2),
+    Case(
+        "a data row without its answer",
+        lambda t: _data(t, '{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2="}\n'),
+        2,
+    ),
     Case("an empty data file", lambda t: _data(t, ""), 2),
-    Case("a chat row that is not a list of messages",
-         lambda t: _chat_data(t, '{"messages": "hi", "answer": "2"}\n'), 2),
-    Case("chat rows with the built model",
-         lambda t: _run(t, task={"kind": "file", "path": "chat.jsonl", "messages_field": "messages"}), 2),
-    Case("a reward that returns a string",
-         lambda t: _run(t, task={"num_digits": 1, "num_eval": 4, "reward": "tests.user_rewards:says_yes"}), 2),
-    Case("a loss whose module cannot be imported",
-         lambda t: _run(t, algorithm={"loss": "tests.no_such_module:loss"}), 2),
-    Case("a loss that returns one value per sequence",
-         lambda t: _run(t, "--mode", "sync", algorithm={"loss": "tests.user_losses:one_per_sequence"}), 2),
-    Case("an advantage that is not finite when a group's rewards are equal",
-         lambda t: _run(t, algorithm={"advantage": "tests.user_losses:std_of_equal_rewards"}), 2),
+    Case(
+        "a chat row that is not a list of messages", lambda t: _chat_data(t, '{"messages": "hi", "answer": "2"}\n'), 2
+    ),
+    Case(
+        "chat rows with the built model",
+        lambda t: _run(t, task={"kind": "file", "path": "chat.jsonl", "messages_field": "messages"}),
+        2,
+    ),
+    Case(
+        "a reward that returns a string",
+        lambda t: _run(t, task={"num_digits": 1, "num_eval": 4, "reward": "tests.user_rewards:says_yes"}),
+        2,
+    ),
+    Case(
+        "a loss whose module cannot be imported", lambda t: _run(t, algorithm={"loss": "tests.no_such_module:loss"}), 2
+    ),
+    Case(
+        "a loss that returns one value per sequence",
+        lambda t: _run(t, "--mode", "sync", algorithm={"loss": "tests.user_losses:one_per_sequence"}),
+        2,
+    ),
+    Case(
+        "an advantage that is not finite when a group's rewards are equal",
+        lambda t: _run(t, algorithm={"advantage": "tests.user_losses:std_of_equal_rewards"}),
+        2,
+    ),
     Case("a broker port in use", _busy_port, 2),
-    Case("a broker port in use (llamarl run)",
-         lambda t: _run(t, broker={"port": int((t / "port").read_text())}), 2),
-    Case("a run_dir that cannot be written (sync)",
-         lambda t: _run(t, "--mode", "sync", run_dir=str(t / "file" / "run")), 2),
-    Case("the vLLM engine with the built model",
-         lambda t: _run(t, generation={"engine": "vllm"}), 2),
-    Case("an agent that is not an async function",
-         lambda t: _run(t, environment={"kind": "agent", "agent": "tests.user_rewards:says_yes"}), 2),
-    Case("an agent endpoint port in use",
-         lambda t: _run(t, environment={"kind": "agent", "agent": "tests.user_agents:paced"},
-                        generation={"openai": {"port": int((t / "port").read_text()) + 1}}), 2),
-    Case("a broker.curve_keys directory without keys",
-         lambda t: _run(t, broker={"curve_keys": str(t / "no-keys")}), 2),
-]  # fmt: skip
+    Case("a broker port in use (llamarl run)", lambda t: _run(t, broker={"port": int((t / "port").read_text())}), 2),
+    Case(
+        "a run_dir that cannot be written (sync)",
+        lambda t: _run(t, "--mode", "sync", run_dir=str(t / "file" / "run")),
+        2,
+    ),
+    Case("the vLLM engine with the built model", lambda t: _run(t, generation={"engine": "vllm"}), 2),
+    Case(
+        "an agent that is not an async function",
+        lambda t: _run(t, environment={"kind": "agent", "agent": "tests.user_rewards:says_yes"}),
+        2,
+    ),
+    Case(
+        "an agent endpoint port in use",
+        lambda t: _run(
+            t,
+            environment={"kind": "agent", "agent": "tests.user_agents:paced"},
+            generation={"openai": {"port": int((t / "port").read_text()) + 1}},
+        ),
+        2,
+    ),
+    Case("a broker.curve_keys directory without keys", lambda t: _run(t, broker={"curve_keys": str(t / "no-keys")}), 2),
+]
 
 
 def _row(case: Case, message: str) -> str:
@@ -124,9 +152,14 @@ def test_bad_input_is_one_line_and_an_exit_code(case: Case, tmp_path: Path) -> N
         holder.bind(("127.0.0.1", port + 1))  # one of the broker's four ports is taken
         (tmp_path / "port").write_text(str(port))
         tag = uuid.uuid4().hex  # inherited by everything the command starts
-        proc = supervise.start(case.command(tmp_path), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, cwd=REPO,
-                               env={**os.environ, "LLAMARL_TEST_TAG": tag})  # fmt: skip
+        proc = supervise.start(
+            case.command(tmp_path),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "LLAMARL_TEST_TAG": tag},
+        )
         try:
             _, err = proc.communicate(timeout=120)  # a hang guard, not a speed bound
         finally:
@@ -139,9 +172,7 @@ def test_bad_input_is_one_line_and_an_exit_code(case: Case, tmp_path: Path) -> N
     message = re.sub(re.escape(str(tmp_path)), "TMP", lines[0])
     message = re.sub(r"\b\d{5}\b", "PORT", message)
     row = _row(case, message)
-    assert row in (REPO / "docs" / "operations.md").read_text(), (
-        f"README's bad-input table lacks:\n{row}"
-    )
+    assert row in (REPO / "docs" / "operations.md").read_text(), f"README's bad-input table lacks:\n{row}"
     assert _tagged(tag) == [], "something the command started was left running"
 
 

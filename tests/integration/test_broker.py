@@ -58,9 +58,7 @@ def test_consumer_whose_pipe_was_full_gets_the_rest_without_returning_credit() -
     """The broker found the consumer's pipe full and kept its credit; once the consumer has read
     its pipe, the rest must follow although the consumer sends nothing more (it had credit for
     all of them from the start)."""
-    broker = start_broker_process(
-        {"LLAMARL__BROKER__MAX_QUEUE": "100", "LLAMARL__BROKER__HWM": "2"}
-    )
+    broker = start_broker_process({"LLAMARL__BROKER__MAX_QUEUE": "100", "LLAMARL__BROKER__HWM": "2"})
     endpoints, proc = broker.endpoints, broker.process
     ctx = zmq.Context()
     try:

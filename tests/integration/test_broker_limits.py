@@ -25,11 +25,13 @@ MAX_QUEUE_BYTES = 4 << 20
 
 @pytest.fixture
 def limited_broker() -> Iterator[tuple[BrokerEndpoints, int]]:
-    broker = start_broker_process({
-        "LLAMARL__BROKER__MAX_MESSAGE_BYTES": str(MAX_MESSAGE_BYTES),
-        "LLAMARL__BROKER__MAX_QUEUE_BYTES": str(MAX_QUEUE_BYTES),
-        "LLAMARL__BROKER__HWM": "5",
-    })  # fmt: skip
+    broker = start_broker_process(
+        {
+            "LLAMARL__BROKER__MAX_MESSAGE_BYTES": str(MAX_MESSAGE_BYTES),
+            "LLAMARL__BROKER__MAX_QUEUE_BYTES": str(MAX_QUEUE_BYTES),
+            "LLAMARL__BROKER__HWM": "5",
+        }
+    )
     try:
         yield broker.endpoints, broker.process.pid
     finally:
@@ -106,8 +108,7 @@ def test_work_queues_are_bounded_in_bytes(limited_broker) -> None:
     try:
         with pytest.raises(TimeoutError, match="backpressure"):
             for index in range(1000):
-                producer.push(ROLLOUTS, rollout_group(index, num_samples=4, length=10_000), 0,
-                              timeout_s=1.0)  # fmt: skip
+                producer.push(ROLLOUTS, rollout_group(index, num_samples=4, length=10_000), 0, timeout_s=1.0)
         queued = query_broker_stats(endpoints)["queued.rollouts"]
         size = len(group.completion_tokens.data) * 3
         assert queued * size <= MAX_QUEUE_BYTES + 2 * size, f"{queued} messages queued"

@@ -47,8 +47,7 @@ def test_a_worker_rides_out_a_broker_restart_and_gives_up_on_a_dead_broker(
         last = log_path.read_text().strip().splitlines()[-1]
         assert last.startswith(f"reward r0: broker {endpoints} did not answer for "), last
         assert last.endswith(
-            f"(broker.dead_after_s {DEAD_AFTER_S}); start it again, or check broker.host and "
-            "broker.port"
+            f"(broker.dead_after_s {DEAD_AFTER_S}); start it again, or check broker.host and broker.port"
         ), last
     finally:
         supervise.stop(worker)

@@ -21,12 +21,16 @@ MODEL = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size"
 
 def _config(tmp_path: Path, redis_server: RedisServer, broker: BrokerEndpoints) -> RunConfig:
     """A tiny model on this test's Redis and broker, weights over shared memory."""
-    return parse_config({
-        "run_id": "test", "run_dir": str(tmp_path), "model": MODEL,
-        "redis": {"url": redis_server.url},
-        "broker": {"host": broker.host, "port": broker.port},
-        "sync": {"transport": "shm"},
-    })  # fmt: skip
+    return parse_config(
+        {
+            "run_id": "test",
+            "run_dir": str(tmp_path),
+            "model": MODEL,
+            "redis": {"url": redis_server.url},
+            "broker": {"host": broker.host, "port": broker.port},
+            "sync": {"transport": "shm"},
+        }
+    )
 
 
 def test_generator_skips_to_the_newest_version_and_recovers_from_a_failed_pull(
@@ -90,9 +94,12 @@ def test_generator_learns_of_a_version_from_the_bus_alone(
         policy = build_policy(config.model, seed=7)
         meta = publisher.publish(publisher.stage(policy.model, 4))
         announcement = VersionAnnouncement(
-            policy_version=4, num_bytes=int(meta["num_bytes"]), checksum=str(meta["checksum"]),
-            transport="shm", endpoint=str(meta["endpoint"]),
-        )  # fmt: skip
+            policy_version=4,
+            num_bytes=int(meta["num_bytes"]),
+            checksum=str(meta["checksum"]),
+            transport="shm",
+            endpoint=str(meta["endpoint"]),
+        )
         heard = None
         for _ in range(50):  # a PUB socket drops what it sends before it has connected
             trainer_bus.publish(VERSIONS, announcement, 4)

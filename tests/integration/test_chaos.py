@@ -57,11 +57,12 @@ def _wait_for_replacement(launcher: subprocess.Popen[str], victim: str, killed: 
 
 def test_kills_across_every_role(tmp_path: Path) -> None:
     config = write_config(
-        tmp_path, RUN_ID,
+        tmp_path,
+        RUN_ID,
         trainer={"num_steps": STEPS, "prompts_per_step": PROMPTS_PER_STEP, "checkpoint_every": 10},
         staleness={"max_staleness": 1, "lease_s": 2.0},
         workers={"max_restarts": VICTIMS.count("generator-0") + 1},
-    )  # fmt: skip
+    )
     run_dir = tmp_path / RUN_ID
     proc = launch(config)
     rng = random.Random(20)
@@ -87,8 +88,8 @@ def test_kills_across_every_role(tmp_path: Path) -> None:
     assert len(kills) == len(VICTIMS)
     assert set(kills) == {*WORKERS, *SERVICES}, "every role was killed"
     restarts = summary["restarts"]
-    assert {name: restarts.get(name, 0) for name in set(kills)} == {
-        name: kills.count(name) for name in set(kills)
-    }, "each kill was answered by exactly one restart"
+    assert {name: restarts.get(name, 0) for name in set(kills)} == {name: kills.count(name) for name in set(kills)}, (
+        "each kill was answered by exactly one restart"
+    )
     check_finished_run(summary, run_dir, STEPS * PROMPTS_PER_STEP, k=1)
     print(json.dumps({"kills": kills, "restarts": restarts, "ledger": summary["ledger"]}))  # -s

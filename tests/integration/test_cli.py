@@ -53,9 +53,7 @@ def test_worker_broker_serves_and_exits_0_on_sigterm(tmp_path: Path) -> None:
 
 def test_worker_broker_without_port_is_a_config_error() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMARL")}
-    done = subprocess.run(
-        [*LLAMARL, "worker", "broker"], env=env, capture_output=True, text=True, timeout=60
-    )
+    done = subprocess.run([*LLAMARL, "worker", "broker"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "config error: broker.port" in done.stderr
 
@@ -69,8 +67,11 @@ def test_worker_without_redis_exits_3_after_the_deadline() -> None:
     }
     done = subprocess.run(
         [*LLAMARL, "worker", "reward", "--worker-id", "r0", "--log-format", "json"],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 3
     assert "reward r0: redis unreachable for 1s during register worker" in done.stderr
 
@@ -91,9 +92,7 @@ def test_monitor_shows_progress_workers_and_rejections(redis_server, store) -> N
         assert time.monotonic() < deadline, "reward-0's registration never lapsed"
         time.sleep(0.01)
     env = {**os.environ, "LLAMARL_REDIS_URL": redis_server.url, "LLAMARL_RUN_ID": "test"}
-    done = subprocess.run(
-        [*LLAMARL, "monitor", "--once"], capture_output=True, text=True, timeout=60, env=env
-    )
+    done = subprocess.run([*LLAMARL, "monitor", "--once"], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert "step 7/" in lines[0] and "version 7" in lines[0], "the trainer found by its role"
@@ -101,29 +100,26 @@ def test_monitor_shows_progress_workers_and_rejections(redis_server, store) -> N
     generator = next(line for line in lines if "generator-0" in line).split()
     assert generator[1:4] == ["generator", "running", "alive"]
     assert next(line for line in lines if "reward-0" in line).split()[1:4] == ["?", "-", "dead"]
-    assert next(line for line in lines if "reward-1" in line).split()[1:4] == [
-        "reward", "stopped", "done"
-    ]  # fmt: skip
+    assert next(line for line in lines if "reward-1" in line).split()[1:4] == ["reward", "stopped", "done"]
     assert "broker.garbage 7" in lines[-1]
 
 
 def test_monitor_of_a_run_id_with_no_keys_says_so(redis_server, store) -> None:
     store.set_run_status("running")  # run "test" exists; run "tset" does not
     env = {**os.environ, "LLAMARL_REDIS_URL": redis_server.url, "LLAMARL_RUN_ID": "tset"}
-    done = subprocess.run(
-        [*LLAMARL, "monitor", "--once"], capture_output=True, text=True, timeout=60, env=env
-    )
+    done = subprocess.run([*LLAMARL, "monitor", "--once"], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 1
-    assert done.stderr.startswith(
-        f"monitor: run tset has no keys in the Redis at {redis_server.url}; check run_id"
-    ), done.stderr
+    assert done.stderr.startswith(f"monitor: run tset has no keys in the Redis at {redis_server.url}; check run_id"), (
+        done.stderr
+    )
 
 
 def test_monitor_without_redis_exits_3(tmp_path) -> None:
-    env = {**os.environ, "LLAMARL_REDIS_URL": f"redis://127.0.0.1:{free_port_block()}/0",
-           "LLAMARL__REDIS__CONNECT_DEADLINE_S": "1"}  # fmt: skip
-    done = subprocess.run(
-        [*LLAMARL, "monitor", "--once"], capture_output=True, text=True, timeout=60, env=env
-    )
+    env = {
+        **os.environ,
+        "LLAMARL_REDIS_URL": f"redis://127.0.0.1:{free_port_block()}/0",
+        "LLAMARL__REDIS__CONNECT_DEADLINE_S": "1",
+    }
+    done = subprocess.run([*LLAMARL, "monitor", "--once"], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 3
     assert done.stderr.startswith("monitor: redis unreachable for 1s")

@@ -23,24 +23,38 @@ STEPS = 250
 def _worker(role: str, worker_id: str, config: Path, env: dict[str, str], logs: Path):
     with open(logs / f"{worker_id}.log", "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "workers.cli", "worker", role, "--config", str(config),
-             "--worker-id", worker_id, "--log-format", "json"],
-            env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "workers.cli",
+                "worker",
+                role,
+                "--config",
+                str(config),
+                "--worker-id",
+                worker_id,
+                "--log-format",
+                "json",
+            ],
+            env={**os.environ, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def test_workers_killed_and_restarted_by_hand(tmp_path: Path) -> None:
     config = write_config(
-        tmp_path, "cluster",
-        trainer={"num_steps": STEPS}, staleness={"max_staleness": 1, "lease_s": 2.0},
-    )  # fmt: skip
+        tmp_path,
+        "cluster",
+        trainer={"num_steps": STEPS},
+        staleness={"max_staleness": 1, "lease_s": 2.0},
+    )
     run_dir = tmp_path / "cluster"
     logs = run_dir / "logs"
     logs.mkdir(parents=True)
     services = EmbeddedServices(run_dir, "cluster").start()
     env = services.env()
-    roles = {"trainer": "trainer", "generator-0": "generator", "generator-1": "generator",
-             "reward-0": "reward"}  # fmt: skip
+    roles = {"trainer": "trainer", "generator-0": "generator", "generator-1": "generator", "reward-0": "reward"}
     procs = {wid: _worker(role, wid, config, env, logs) for wid, role in roles.items()}
     store = RedisStore(services.redis_url, "cluster")
     try:

@@ -42,8 +42,7 @@ pytestmark = pytest.mark.skipif(GPUS == 0, reason="needs a CUDA GPU; this machin
 
 def test_a_learner_step_on_the_gpu_equals_the_cpu_step() -> None:
     cpu = Learner(build_policy(MODEL, seed=1), AlgorithmConfig(), TRAINER, 1.0)
-    gpu = Learner(place(build_policy(MODEL, seed=1), "cuda", "float32"), AlgorithmConfig(),
-                  TRAINER, 1.0)  # fmt: skip
+    gpu = Learner(place(build_policy(MODEL, seed=1), "cuda", "float32"), AlgorithmConfig(), TRAINER, 1.0)
     expected, got = cpu.step(step_groups()), gpu.step(step_groups())
     assert got["loss"] == pytest.approx(expected["loss"], rel=1e-4, abs=1e-6)
     difference = np.abs(_cpu_grads(gpu) - flat_grads(cpu))
@@ -82,8 +81,7 @@ def test_two_gpu_ranks_send_their_shards_over_nccl() -> None:
     config = NcclSync(timeout_s=60)
     ctx = mp.get_context("spawn")
     metas, done = ctx.Queue(), ctx.Event()
-    ranks = [ctx.Process(target=publish_rank, args=(config, r, 2, 0, False, metas, done))
-             for r in range(2)]  # fmt: skip
+    ranks = [ctx.Process(target=publish_rank, args=(config, r, 2, 0, False, metas, done)) for r in range(2)]
     for proc in ranks:
         proc.start()
     try:
@@ -108,22 +106,19 @@ def test_fsdp_with_bf16_compute_checkpointing_and_lora_trains_on_the_gpu() -> No
     """One FSDP rank on CUDA: blocks compute in bfloat16 (float32 master weights), activations
     are recomputed, only the adapters move; its peak memory and seconds a step are printed."""
     port = free_port_block(size=1)
-    dist.init_process_group("cpu:gloo,cuda:nccl", rank=0, world_size=1,
-                            init_method=f"tcp://127.0.0.1:{port}")  # fmt: skip
+    dist.init_process_group("cpu:gloo,cuda:nccl", rank=0, world_size=1, init_method=f"tcp://127.0.0.1:{port}")
     try:
         torch.cuda.set_device(0)
         ranks = TrainerRanks(0, 1, torch.device("cuda", 0), "gpu-check")
-        policy = with_adapters(place(build_policy(MODEL, seed=1), "cuda", "float32"),
-                               LoraConfig(r=4), seed=1)  # fmt: skip
-        trainer = TRAINER.model_copy(update={"sharding": "fsdp", "device": "cuda",
-                                             "activation_checkpointing": True})  # fmt: skip
+        policy = with_adapters(place(build_policy(MODEL, seed=1), "cuda", "float32"), LoraConfig(r=4), seed=1)
+        trainer = TRAINER.model_copy(update={"sharding": "fsdp", "device": "cuda", "activation_checkpointing": True})
         learner = Learner(policy, AlgorithmConfig(), trainer, 1.0, ranks=ranks)
         seen: set[torch.dtype] = set()
         block = blocks(policy.model)[0]
-        block.register_forward_hook(lambda m, args, out: seen.add(out[0].dtype
-                                    if isinstance(out, tuple) else out.dtype))  # fmt: skip
-        base = {n: p.detach().clone() for n, p in policy.model.named_parameters()
-                if "lora_" not in n}  # fmt: skip
+        block.register_forward_hook(
+            lambda m, args, out: seen.add(out[0].dtype if isinstance(out, tuple) else out.dtype)
+        )
+        base = {n: p.detach().clone() for n, p in policy.model.named_parameters() if "lora_" not in n}
         torch.cuda.reset_peak_memory_stats()
         started = time.perf_counter()
         stats = [learner.step(step_groups()) for _ in range(3)]
@@ -136,8 +131,7 @@ def test_fsdp_with_bf16_compute_checkpointing_and_lora_trains_on_the_gpu() -> No
             if name in base:
                 assert torch.equal(param.detach(), base[name]), name
         print(
-            f"fsdp+bf16+AC+LoRA on CUDA: {seconds:.3f} s/step, "
-            f"peak {torch.cuda.max_memory_allocated() / 2**20:.1f} MiB"
+            f"fsdp+bf16+AC+LoRA on CUDA: {seconds:.3f} s/step, peak {torch.cuda.max_memory_allocated() / 2**20:.1f} MiB"
         )
     finally:
         dist.destroy_process_group()
@@ -145,13 +139,20 @@ def test_fsdp_with_bf16_compute_checkpointing_and_lora_trains_on_the_gpu() -> No
 
 LAYOUTS = {
     # trainer and two bfloat16 generators on one GPU: shared memory into device weights, cast
-    "one-gpu": ({"TRAINER__RANKS": "1", "TRAINER__DEVICE": "cuda", "GENERATION__DEVICE": "cuda",
-                 "GENERATION__DTYPE": "bfloat16"}, 1),
+    "one-gpu": (
+        {
+            "TRAINER__RANKS": "1",
+            "TRAINER__DEVICE": "cuda",
+            "GENERATION__DEVICE": "cuda",
+            "GENERATION__DTYPE": "bfloat16",
+        },
+        1,
+    ),
     # two CPU trainer ranks (gloo) sending their shards to two generators on the GPU
     "cpu-ranks": ({"GENERATION__DEVICE": "cuda"}, 1),
     # two trainer ranks on two GPUs (DDP over NCCL), generators on the first
     "gpu-ranks": ({"TRAINER__DEVICE": "cuda", "GENERATION__DEVICE": "cuda"}, 2),
-}  # fmt: skip
+}
 """Overrides of the demo's two-rank, two-generator run, and the GPUs each needs."""
 
 

@@ -32,8 +32,10 @@ from tests.factories import rollout_group
 def _generate(directory: Path) -> Curve:
     done = subprocess.run(
         [sys.executable, "-m", "workers.cli", "keys", "generate", str(directory)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return Curve.load(directory)
 
@@ -129,11 +131,17 @@ def test_weight_server_serves_only_clients_with_the_keys(keys: Curve, stranger: 
 
 
 def test_missing_keys_are_refused_before_serving(tmp_path: Path) -> None:
-    env = {**os.environ, "LLAMARL_BROKER": f"127.0.0.1:{free_port_block()}",
-           "LLAMARL__BROKER__CURVE_KEYS": str(tmp_path / "nowhere")}  # fmt: skip
+    env = {
+        **os.environ,
+        "LLAMARL_BROKER": f"127.0.0.1:{free_port_block()}",
+        "LLAMARL__BROKER__CURVE_KEYS": str(tmp_path / "nowhere"),
+    }
     done = subprocess.run(
         [sys.executable, "-m", "workers.cli", "worker", "broker"],
-        capture_output=True, text=True, timeout=60, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert done.returncode == 2
     assert f"broker.curve_keys: {tmp_path / 'nowhere'}/server.key is missing" in done.stderr

@@ -31,11 +31,12 @@ def test_an_async_run_skips_groups_without_signal_and_its_ledger_balances(
     paths = [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))  # the reward worker imports it
     config = write_config(
-        tmp_path, "dapo",
+        tmp_path,
+        "dapo",
         task={"reward": "half_flat:score"},
         trainer={"num_steps": 6, "eval_every": 6},
         sampling={"dynamic_sampling": True, "max_draws_factor": 2},
-    )  # fmt: skip
+    )
     proc = launch(config)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]

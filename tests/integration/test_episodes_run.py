@@ -38,9 +38,7 @@ def _kill_inside_an_episode(launcher_pid: int, markers: Path, run_id: str) -> in
     return pid
 
 
-def killed_run(
-    tmp_path: Path, run_id: str, environment: dict[str, Any]
-) -> tuple[dict[str, Any], Path]:
+def killed_run(tmp_path: Path, run_id: str, environment: dict[str, Any]) -> tuple[dict[str, Any], Path]:
     """A run of `environment`'s episodes, each step marked in a marker directory (handed to
     the environment as `marker_dir`, to an agent as $LLAMARL_TEST_MARKERS), whose generator-0 is
     SIGKILLed inside an episode after two steps: its summary, checked, and its run directory."""

@@ -26,11 +26,7 @@ MODEL = {
 def test_a_saved_runs_evaluation_is_reproduced_by_llamarl_eval(tmp_path: Path) -> None:
     sums = tmp_path / "sums.jsonl"
     sums.write_text(
-        "".join(
-            json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n"
-            for a in range(3)
-            for b in range(7)
-        )
+        "".join(json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n" for a in range(3) for b in range(7))
     )
     tree = {
         "run_id": "evaluated",

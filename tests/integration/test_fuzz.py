@@ -78,9 +78,7 @@ def _redis_rejected(store: RedisStore, source: str) -> int:
     return sum(n for key, n in store.rejected().items() if key.startswith(f"{source}."))
 
 
-def test_broker_endpoints_reject_and_count_every_bad_frame(
-    redis_server: RedisServer, store: RedisStore
-) -> None:
+def test_broker_endpoints_reject_and_count_every_bad_frame(redis_server: RedisServer, store: RedisStore) -> None:
     env = {
         "LLAMARL_REDIS_URL": redis_server.url,
         "LLAMARL_RUN_ID": "test",
@@ -98,13 +96,19 @@ def test_broker_endpoints_reject_and_count_every_bad_frame(
         plans = [
             # Oversized frames: ZeroMQ drops them and disconnects the sender before the broker
             # sees them (tests/integration/test_broker_limits.py), so none is sent here.
-            (zmq.XPUB, endpoints.pub_in, bad_messages(FRAMES, topic=CONTROL, run_id="test",
-                                                     max_bytes=MAX_BYTES, seed=1, oversize=False)),
-            (zmq.PUSH, endpoints.work_in, bad_messages(FRAMES, topic=ROLLOUTS, run_id="test",
-                                                       max_bytes=MAX_BYTES, seed=2, oversize=False)),
+            (
+                zmq.XPUB,
+                endpoints.pub_in,
+                bad_messages(FRAMES, topic=CONTROL, run_id="test", max_bytes=MAX_BYTES, seed=1, oversize=False),
+            ),
+            (
+                zmq.PUSH,
+                endpoints.work_in,
+                bad_messages(FRAMES, topic=ROLLOUTS, run_id="test", max_bytes=MAX_BYTES, seed=2, oversize=False),
+            ),
             (zmq.DEALER, endpoints.work_out, bad_commands(FRAMES, seed=3)),
             (zmq.XSUB, endpoints.sub_out, bad_subscriptions(FRAMES, seed=4)),
-        ]  # fmt: skip
+        ]
         total = 0
         for kind, endpoint, messages in plans:
             sock = ctx.socket(kind)
@@ -177,10 +181,23 @@ class FakeBroker:
 def _start_worker(role: str, config: Path, broker: FakeBroker, redis_url: str) -> subprocess.Popen:
     env = {**os.environ, "LLAMARL_REDIS_URL": redis_url, "LLAMARL_BROKER": str(broker.endpoints)}
     return subprocess.Popen(
-        [sys.executable, "-m", "workers.cli", "worker", role, "--config", str(config),
-         "--worker-id", f"{role}-fuzz", "--log-format", "json"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "workers.cli",
+            "worker",
+            role,
+            "--config",
+            str(config),
+            "--worker-id",
+            f"{role}-fuzz",
+            "--log-format",
+            "json",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 @pytest.mark.parametrize("role", ["generator", "reward", "trainer"])
@@ -205,10 +222,8 @@ def test_worker_inputs_reject_and_count_every_bad_message(
         inputs: list[tuple[Callable[[list[bytes]], None], Iterable[list[bytes]]]] = [
             (
                 control,
-                bad_messages(
-                    FRAMES, topic=CONTROL, run_id="test", max_bytes=MAX_BYTES, subscribed=True
-                ),
-            )  # fmt: skip
+                bad_messages(FRAMES, topic=CONTROL, run_id="test", max_bytes=MAX_BYTES, subscribed=True),
+            )
         ]
         work_topic = {"reward": ROLLOUTS, "trainer": SCORED}.get(role)
         if work_topic is not None:
@@ -217,9 +232,7 @@ def test_worker_inputs_reject_and_count_every_bad_message(
             def work(message: list[bytes]) -> None:
                 broker.router.send_multipart([identity, *message])
 
-            messages = bad_messages(
-                FRAMES, topic=work_topic, run_id="test", max_bytes=MAX_BYTES, seed=5
-            )
+            messages = bad_messages(FRAMES, topic=work_topic, run_id="test", max_bytes=MAX_BYTES, seed=5)
             inputs.append((work, messages))
         sync = None
         if role == "trainer":

@@ -17,8 +17,7 @@ SHM = Path("/dev/shm")
 def test_children_die_with_the_launcher_and_the_next_start_cleans_shared_memory(
     tmp_path: Path,
 ) -> None:
-    config = write_config(tmp_path, "orphans", trainer={"num_steps": 100_000},
-                          sync={"transport": "shm"})  # fmt: skip
+    config = write_config(tmp_path, "orphans", trainer={"num_steps": 100_000}, sync={"transport": "shm"})
     proc = launch(config)
     try:
         wait_for_steps(tmp_path / "orphans", 3, proc)
@@ -33,8 +32,7 @@ def test_children_die_with_the_launcher_and_the_next_start_cleans_shared_memory(
     left_files = list(SHM.glob("llamarl-orphans-*"))
     assert left_files, "the killed trainer left its newest versions in /dev/shm"
 
-    rerun = write_config(tmp_path, "orphans", trainer={"num_steps": 4},
-                         sync={"transport": "shm"})  # fmt: skip
+    rerun = write_config(tmp_path, "orphans", trainer={"num_steps": 4}, sync={"transport": "shm"})
     again = launch(rerun)
     _, err = again.communicate(timeout=300)
     assert again.returncode == 0, err[-3000:]

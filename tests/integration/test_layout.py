@@ -30,13 +30,21 @@ STEPS = 4
 def _run(config: Path, env: dict[str, str], *overrides: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "workers.cli", "run", str(config), *overrides],
-        capture_output=True, text=True, env=env, timeout=600, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
 
 
 def test_auto_profiles_once_prints_its_choice_and_starts_it(tmp_path: Path) -> None:
-    config = write_config(tmp_path, "auto", trainer={"num_steps": STEPS, "eval_every": STEPS},
-                          workers={"num_generators": 1, "heartbeat_s": 0.5})  # fmt: skip
+    config = write_config(
+        tmp_path,
+        "auto",
+        trainer={"num_steps": STEPS, "eval_every": STEPS},
+        workers={"num_generators": 1, "heartbeat_s": 0.5},
+    )
     env = os.environ | {"LLAMARL_CACHE_DIR": str(tmp_path / "cache")}
     done = _run(config, env, "workers.layout=auto")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -50,17 +58,16 @@ def test_auto_profiles_once_prints_its_choice_and_starts_it(tmp_path: Path) -> N
     assert summary["steps"] == STEPS
     assert summary["mode"] == "async", "auto never chooses the sync loop"
     assert laid["kind"] == ("colocated" if chosen["colocated"] else "split")
-    assert (laid["trainer_threads"], laid["max_staleness"]) == (
-        chosen["trainer_threads"], chosen["max_staleness"])  # fmt: skip
+    assert (laid["trainer_threads"], laid["max_staleness"]) == (chosen["trainer_threads"], chosen["max_staleness"])
     assert summary["ledger"]["trained"] == summary["ledger"]["issued"]
     profile = Path(prediction["profile"])  # cached by config and machine, under the cache dir
     assert profile.parent == tmp_path / "cache" / "profiles" and profile.is_file()
 
 
 def test_colocated_takes_turns_on_every_core(tmp_path: Path) -> None:
-    config = write_config(tmp_path, "colocated",
-                          trainer={"num_steps": STEPS, "eval_every": STEPS},
-                          staleness={"max_staleness": 2})  # fmt: skip
+    config = write_config(
+        tmp_path, "colocated", trainer={"num_steps": STEPS, "eval_every": STEPS}, staleness={"max_staleness": 2}
+    )
     done = _run(config, dict(os.environ), "workers.layout=colocated")
     assert done.returncode == 0, done.stderr[-3000:]
     laid = json.loads((tmp_path / "colocated" / "layout.json").read_text())
@@ -135,9 +142,7 @@ def test_auto_takes_turns_for_a_trainer_bound_config_and_a_killed_run_resumes(
     assert len(metrics_records(run_dir)) < steps, "killed mid-run"
     assert list((run_dir / "checkpoints").glob("step-*")), "a checkpoint to resume from"
 
-    done = subprocess.run(
-        [*command, "--resume"], capture_output=True, text=True, env=env, timeout=300, check=False
-    )
+    done = subprocess.run([*command, "--resume"], capture_output=True, text=True, env=env, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = check_resumed_run(done.stdout, run_dir, steps)
     assert summary["mode"] == "async" and summary["max_staleness"] == 0

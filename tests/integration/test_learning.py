@@ -42,28 +42,29 @@ its plateau (async 0.7975 and 0.7725, sync 0.7425 and 0.7375 at steps 80 and 100
 
 def shorter(warm_start: Path, steps: int = STEPS) -> dict[str, str]:
     """The demo's first `steps` steps from its warm start, evaluated at the start and the end."""
-    return {"LLAMARL__MODEL__PATH": str(warm_start), "LLAMARL__TRAINER__SFT_STEPS": "0",
-            "LLAMARL__TRAINER__NUM_STEPS": str(steps), "LLAMARL__TRAINER__EVAL_EVERY": str(steps),
-            "LLAMARL__TRAINER__CHECKPOINT_EVERY": str(CHECKPOINT_EVERY)}  # fmt: skip
+    return {
+        "LLAMARL__MODEL__PATH": str(warm_start),
+        "LLAMARL__TRAINER__SFT_STEPS": "0",
+        "LLAMARL__TRAINER__NUM_STEPS": str(steps),
+        "LLAMARL__TRAINER__EVAL_EVERY": str(steps),
+        "LLAMARL__TRAINER__CHECKPOINT_EVERY": str(CHECKPOINT_EVERY),
+    }
 
 
-def _run_tiny(
-    tmp_path: Path, mode: str, warm_start: Path, steps: int
-) -> subprocess.CompletedProcess[str]:
+def _run_tiny(tmp_path: Path, mode: str, warm_start: Path, steps: int) -> subprocess.CompletedProcess[str]:
     # A sync run takes a thread per core (num_cores); beside the other pytest worker one is faster.
     cores = {"LLAMARL__WORKERS__NUM_CORES": "1"} if mode == "sync" else {}
     return subprocess.run(
         [sys.executable, "-m", "workers.cli", "run", TINY, "--mode", mode],
-        capture_output=True, text=True, timeout=900,
-        env={**os.environ, **shorter(warm_start, steps), **cores,
-             "LLAMARL_RUN_DIR": str(tmp_path / "run")},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, **shorter(warm_start, steps), **cores, "LLAMARL_RUN_DIR": str(tmp_path / "run")},
+    )
 
 
 @pytest.fixture(scope="module")
-def async_summary(
-    tmp_path_factory: pytest.TempPathFactory, tiny_warm_start: Path
-) -> dict[str, Any]:
+def async_summary(tmp_path_factory: pytest.TempPathFactory, tiny_warm_start: Path) -> dict[str, Any]:
     done = _run_tiny(tmp_path_factory.mktemp("async"), "async", tiny_warm_start, RESUME_STEPS)
     assert done.returncode == 0, done.stderr[-2000:]
     summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -117,10 +118,16 @@ def test_killed_trainer_resumes_from_its_checkpoint(
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "workers.cli", "run", TINY],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, **shorter(tiny_warm_start, RESUME_STEPS),
-             "LLAMARL_RUN_DIR": str(run_dir), "LLAMARL__SYNC__TRANSPORT": "gloo"},
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={
+            **os.environ,
+            **shorter(tiny_warm_start, RESUME_STEPS),
+            "LLAMARL_RUN_DIR": str(run_dir),
+            "LLAMARL__SYNC__TRANSPORT": "gloo",
+        },
+    )
     records = wait_for_steps(run_dir, KILL_AFTER, proc, timeout_s=600)
     os.kill(worker_pids(proc.pid, "tiny")["trainer"], signal.SIGKILL)
     versions_before_kill = max(r["policy_version"] for r in records) + 1

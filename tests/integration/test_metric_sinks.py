@@ -15,9 +15,7 @@ from llamarl.errors import ConfigError
 from llamarl.launch.local import preflight
 from llamarl.observe.metric_sinks import WANDB_ID_FILE, check_sinks, make_metrics
 
-RECORDS = [
-    {"step": s, "reward_mean": s / 10, "policy_version": s, "note": "text"} for s in (1, 2, 3)
-]
+RECORDS = [{"step": s, "reward_mean": s / 10, "policy_version": s, "note": "text"} for s in (1, 2, 3)]
 
 
 def test_tensorboard_gets_every_numeric_metric_at_its_step(tmp_path: Path) -> None:
@@ -35,8 +33,9 @@ def test_tensorboard_gets_every_numeric_metric_at_its_step(tmp_path: Path) -> No
 
 
 def test_wandb_offline_writes_a_local_run_that_a_resume_continues(tmp_path: Path) -> None:
-    config = parse_config({"run_id": "sinks", "run_dir": str(tmp_path),
-                           "logging": {"wandb": "offline", "wandb_project": "test"}})  # fmt: skip
+    config = parse_config(
+        {"run_id": "sinks", "run_dir": str(tmp_path), "logging": {"wandb": "offline", "wandb_project": "test"}}
+    )
     started = 0
     for records in (RECORDS[:2], RECORDS[2:]):  # a run, then its resume
         # wandb names an offline run's directory by the second it starts: a resume in the same
@@ -54,12 +53,9 @@ def test_wandb_offline_writes_a_local_run_that_a_resume_continues(tmp_path: Path
     assert all(next(run.glob("*.wandb")).stat().st_size > 0 for run in runs)
 
 
-def test_a_sink_without_its_package_is_refused_before_the_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_sink_without_its_package_is_refused_before_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "wandb" else real(name, *a))  # fmt: skip
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     config = parse_config({"run_dir": str(tmp_path), "logging": {"wandb": "offline"}})
     message = "logging.wandb: the wandb package is not installed; pip install 'llamarl[wandb]'"
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):

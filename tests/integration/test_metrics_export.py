@@ -31,15 +31,14 @@ def _scrape(port: int) -> dict[str, dict[str, float]]:
     }
 
 
-def test_a_worker_serves_its_counters_to_prometheus(
-    tmp_path: Path, redis_server: RedisServer
-) -> None:
+def test_a_worker_serves_its_counters_to_prometheus(tmp_path: Path, redis_server: RedisServer) -> None:
     port = free_port_block(size=1)
     config = write_config(tmp_path, "test")
     broker = start_broker_process()
     endpoints = broker.endpoints
-    worker = start_reward_worker(config, redis_server.url, endpoints, tmp_path / "reward.log",
-                                 "--metrics-port", str(port))  # fmt: skip
+    worker = start_reward_worker(
+        config, redis_server.url, endpoints, tmp_path / "reward.log", "--metrics-port", str(port)
+    )
     try:
         deadline = time.monotonic() + 60
         while "llamarl_busy_s" not in (metrics := _scrape(port)):

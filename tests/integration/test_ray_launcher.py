@@ -54,11 +54,17 @@ def _refusal(done: subprocess.CompletedProcess[str]) -> list[str]:
 def test_async_run_with_every_role_a_ray_actor(tmp_path: Path) -> None:
     pytest.importorskip("ray")  # a guard: Ray is in the dev extra
     steps, per_step = 30, 4
-    config = write_config(tmp_path, "ray", trainer={"num_steps": steps},
-                          workers={"trainer_threads": 1, "generator_threads": 1})  # fmt: skip
+    config = write_config(
+        tmp_path, "ray", trainer={"num_steps": steps}, workers={"trainer_threads": 1, "generator_threads": 1}
+    )
     run_dir = tmp_path / "ray"
-    proc = supervise.start([*LLAMARL, "run", str(config), "--launcher", "ray"], cwd=REPO,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = supervise.start(
+        [*LLAMARL, "run", str(config), "--launcher", "ray"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for_steps(run_dir, 1, proc, timeout_s=240)
         tree = supervise.descendants(proc.pid)  # Ray's own processes among them
@@ -89,8 +95,13 @@ def test_async_run_with_every_role_a_ray_actor(tmp_path: Path) -> None:
 
 def test_ray_launcher_refuses_sync_mode(tmp_path: Path) -> None:
     config = write_config(tmp_path, "raysync")
-    done = subprocess.run([*LLAMARL, "run", str(config), "--launcher", "ray", "--mode", "sync"],
-                          capture_output=True, text=True, timeout=120, cwd=REPO)  # fmt: skip
+    done = subprocess.run(
+        [*LLAMARL, "run", str(config), "--launcher", "ray", "--mode", "sync"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert done.returncode == 2
     (line,) = _refusal(done)
     assert line.startswith("config error: --launcher ray") and "--mode sync" in line, line
@@ -100,14 +111,17 @@ def test_ray_launcher_refuses_sync_mode(tmp_path: Path) -> None:
 def test_ray_launcher_without_ray_says_how_to_install_it(tmp_path: Path) -> None:
     # A `ray` that fails to import, ahead of the installed one on the path.
     (tmp_path / "shadow" / "ray").mkdir(parents=True)
-    (tmp_path / "shadow" / "ray" / "__init__.py").write_text(
-        "raise ImportError(\"No module named 'ray'\")\n"
-    )
+    (tmp_path / "shadow" / "ray" / "__init__.py").write_text("raise ImportError(\"No module named 'ray'\")\n")
     path = os.pathsep.join([str(tmp_path / "shadow"), os.environ.get("PYTHONPATH", "")])
     config = write_config(tmp_path, "noray")
-    done = subprocess.run([*LLAMARL, "run", str(config), "--launcher", "ray"],
-                          capture_output=True, text=True, timeout=120, cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": path})  # fmt: skip
+    done = subprocess.run(
+        [*LLAMARL, "run", str(config), "--launcher", "ray"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": path},
+    )
     assert done.returncode == 2
     assert _refusal(done) == ["config error: --launcher ray needs Ray: pip install 'llamarl[ray]'"]
     assert not (tmp_path / "noray").exists()
@@ -122,7 +136,7 @@ def test_each_role_asks_ray_for_its_threads_and_devices() -> None:
                 "generator_threads": 1,
                 "trainer_threads": 1,
             }
-        }  # fmt: skip
+        }
     )
     split = plan_threads(config)  # explicit threads: nothing is measured
     requests = {wid: role_resources(config, split, role) for role, wid in worker_roles(config)}
@@ -139,7 +153,7 @@ def test_each_role_asks_ray_for_its_threads_and_devices() -> None:
                 "generator_threads": 3,
                 "trainer_threads": 2,
             },
-        }  # fmt: skip
+        }
     )
     split = plan_threads(config)
     requests = {wid: role_resources(config, split, role) for role, wid in worker_roles(config)}

@@ -50,7 +50,10 @@ def test_worker_with_a_wrong_password_exits_3(locked_redis: RedisServer) -> None
     }
     done = subprocess.run(
         [sys.executable, "-m", "workers.cli", "worker", "reward", "--worker-id", "r0"],
-        capture_output=True, text=True, timeout=120, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert done.returncode == 3
     assert "reward r0: redis refused the credentials in redis.url" in done.stderr

@@ -46,10 +46,12 @@ def _kill_and_wait_for_replacement(launcher_pid: int, service: int) -> None:
 
 def test_run_survives_redis_and_broker_deaths(tmp_path: Path) -> None:
     config = write_config(
-        tmp_path, RUN_ID,
-        trainer={"num_steps": STEPS}, staleness={"max_staleness": 1, "lease_s": 3.0},
+        tmp_path,
+        RUN_ID,
+        trainer={"num_steps": STEPS},
+        staleness={"max_staleness": 1, "lease_s": 3.0},
         workers={"max_restarts": 1},
-    )  # fmt: skip
+    )
     run_dir = tmp_path / RUN_ID
     proc = launch(config)
     try:

@@ -30,14 +30,19 @@ def test_sft_checkpoint_loads_with_plain_transformers(tmp_path: Path) -> None:
     out = tmp_path / "ckpt"
     done = subprocess.run(
         [sys.executable, "-m", "workers.cli", "sft", str(config), "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert (out / "config.json").exists() and (out / "tokenizer.json").exists()
     loaded = subprocess.run(
         [sys.executable, "-c", PLAIN_LOAD, str(out)],
-        capture_output=True, text=True, timeout=300, env={"HF_HUB_OFFLINE": "1", "PATH": ""},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"HF_HUB_OFFLINE": "1", "PATH": ""},
+    )
     assert loaded.returncode == 0, loaded.stderr
     assert "GENERATED" in loaded.stdout
     assert int(loaded.stdout.split()[1]) >= 1

@@ -16,9 +16,7 @@ from tests.conftest import TINY
 from tests.integration.async_helpers import launch, metrics_records
 
 
-def test_a_shared_evaluation_equals_a_direct_evaluation_of_its_version(
-    tmp_path: Path, tiny_warm_start: Path
-) -> None:
+def test_a_shared_evaluation_equals_a_direct_evaluation_of_its_version(tmp_path: Path, tiny_warm_start: Path) -> None:
     tree = yaml.safe_load(Path(TINY).read_text())
     tree["run_id"], tree["run_dir"] = "shared", str(tmp_path / "shared")
     tree["model"]["path"] = str(tiny_warm_start)

@@ -59,13 +59,15 @@ def step_groups() -> list[TrainGroup]:
         n, width = 4, 3 + index % 3
         lengths = torch.randint(1, width + 1, (n,), generator=generator)
         mask = (torch.arange(width)[None, :] < lengths[:, None]).long()
-        groups.append(TrainGroup(
-            prompt_ids=torch.randint(3, 14, (4 + index % 3,), generator=generator),
-            completion_ids=torch.randint(3, 14, (n, width), generator=generator) * mask,
-            completion_mask=mask,
-            behaviour_logprobs=-torch.rand(n, width, generator=generator) * mask,
-            rewards=torch.rand(n, generator=generator),
-        ))  # fmt: skip
+        groups.append(
+            TrainGroup(
+                prompt_ids=torch.randint(3, 14, (4 + index % 3,), generator=generator),
+                completion_ids=torch.randint(3, 14, (n, width), generator=generator) * mask,
+                completion_mask=mask,
+                behaviour_logprobs=-torch.rand(n, width, generator=generator) * mask,
+                rewards=torch.rand(n, generator=generator),
+            )
+        )
     return groups
 
 
@@ -93,8 +95,7 @@ def train_rank(rank: int, world: int, port: int, out: Any) -> None:
     """One trainer rank: rank 1 starts from other weights, so equal results prove that the
     group gave it rank 0's."""
     ranks = join_group(rank, world, port)
-    learner = Learner(build_policy(MODEL, seed=1 + rank), AlgorithmConfig(), TRAINER, 1.0,
-                      ranks=ranks)  # fmt: skip
+    learner = Learner(build_policy(MODEL, seed=1 + rank), AlgorithmConfig(), TRAINER, 1.0, ranks=ranks)
     stats = learner.step(step_groups())
     weights = flatten(learner.policy.model, 1).buffer.numpy().copy()
     out.put((rank, stats, flat_grads(learner), weights))
@@ -158,8 +159,13 @@ def group_store() -> dist.TCPStore:
 
 def join_group(rank: int, world: int, port: int) -> TrainerRanks:
     """Join as `rank` through the store `group_store` holds at `port` (rank 0 a client too)."""
-    os.environ |= {"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-                   "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True"}  # fmt: skip
+    os.environ |= {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+    }
     torch.set_num_threads(1)
     ranks = TrainerRanks.from_env("cpu", 60, "test")
     assert ranks is not None
@@ -185,9 +191,13 @@ def train_sharded_rank(rank: int, world: int, port: int, trainer: TrainerConfig,
 )
 def test_fsdp_ranks_take_the_one_process_steps(checkpointing: bool, reduce: str) -> None:
     """Sharded ranks repeat each prompt (one pass) where one process shares it: same steps."""
-    trainer = TRAINER.model_copy(update={
-        "sharding": "fsdp", "activation_checkpointing": checkpointing, "reduce_gradients": reduce,
-    })  # fmt: skip
+    trainer = TRAINER.model_copy(
+        update={
+            "sharding": "fsdp",
+            "activation_checkpointing": checkpointing,
+            "reduce_gradients": reduce,
+        }
+    )
     groups = uneven_groups()
     cuts = [micro_batches(groups[r::2], TRAINER.micro_batch_tokens) for r in range(2)]
     assert len(cuts[0]) > len(cuts[1]), "rank 1 must run out of micro-batches first"
@@ -204,9 +214,7 @@ def test_fsdp_ranks_take_the_one_process_steps(checkpointing: bool, reduce: str)
     assert not np.array_equal(expected, flatten(build_policy(MODEL, seed=1).model, 0).buffer)
 
 
-def publish_rank(
-    config: SyncConfig, rank: int, world: int, port: int, rows: bool, metas: Any, done: Any
-) -> None:
+def publish_rank(config: SyncConfig, rank: int, world: int, port: int, rows: bool, metas: Any, done: Any) -> None:
     """One trainer rank: publish its shard of version 3 and serve it until the test is done;
     with `rows`, its FSDP2 chunks (every rank starts from the same weights)."""
     model = build_policy(MODEL, seed=1).model
@@ -234,18 +242,13 @@ def receive(config: SyncConfig, meta: dict[str, str], dtype: str, worker_id: str
 
 
 @pytest.mark.parametrize("rows", [False, True], ids=["replicas", "fsdp"])
-@pytest.mark.parametrize(
-    "config", [ShmSync(timeout_s=30), GlooSync(bucket_mb=0.01, timeout_s=30)], ids=["shm", "gloo"]
-)
-def test_sharded_sync_from_two_ranks_reproduces_the_weights_in_two_generators(
-    config: SyncConfig, rows: bool
-) -> None:
+@pytest.mark.parametrize("config", [ShmSync(timeout_s=30), GlooSync(bucket_mb=0.01, timeout_s=30)], ids=["shm", "gloo"])
+def test_sharded_sync_from_two_ranks_reproduces_the_weights_in_two_generators(config: SyncConfig, rows: bool) -> None:
     ctx = mp.get_context("spawn")
     metas, out, done = ctx.Queue(), ctx.Queue(), ctx.Event()
     store = group_store()
     port = store.port
-    ranks = [ctx.Process(target=publish_rank, args=(config, r, 2, port, rows, metas, done))
-             for r in range(2)]  # fmt: skip
+    ranks = [ctx.Process(target=publish_rank, args=(config, r, 2, port, rows, metas, done)) for r in range(2)]
     for proc in ranks:
         proc.start()
     generators = []
@@ -264,8 +267,7 @@ def test_sharded_sync_from_two_ranks_reproduces_the_weights_in_two_generators(
         ]
         for proc in generators:
             proc.start()
-        got = {dtype: (version, weights) for dtype, version, weights in
-               (out.get(timeout=120) for _ in generators)}  # fmt: skip
+        got = {dtype: (version, weights) for dtype, version, weights in (out.get(timeout=120) for _ in generators)}
     finally:
         done.set()
         for proc in [*ranks, *generators]:

@@ -42,18 +42,17 @@ def rank_stopped(run_dir: Path) -> dict[str, Any]:
     raise AssertionError("trainer rank 1 never stopped cleanly")
 
 
-def learning_run(
-    run_dir: Path, warm_start: Path, env: dict[str, str], *options: str, steps: int = STEPS
-) -> None:
+def learning_run(run_dir: Path, warm_start: Path, env: dict[str, str], *options: str, steps: int = STEPS) -> None:
     """`llamarl run` of the demo's first `steps` steps with two generators and `env` on top;
     checks that each group was trained once with a balanced ledger, that every generator took
     versions without a failure and, on a run of STEPS or more, that it learned."""
     done = subprocess.run(
         [sys.executable, "-m", "workers.cli", "run", TINY, *options],
-        capture_output=True, text=True, timeout=1400,
-        env={**os.environ, **shorter(warm_start, steps), **SCALED, **env,
-             "LLAMARL_RUN_DIR": str(run_dir)},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=1400,
+        env={**os.environ, **shorter(warm_start, steps), **SCALED, **env, "LLAMARL_RUN_DIR": str(run_dir)},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["steps"] == steps and summary["restarts"] == {}
@@ -67,9 +66,7 @@ def learning_run(
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_two_ranks_and_two_generators_learn_and_balance_the_ledger(
-    tmp_path: Path, tiny_warm_start: Path
-) -> None:
+def test_two_ranks_and_two_generators_learn_and_balance_the_ledger(tmp_path: Path, tiny_warm_start: Path) -> None:
     """Replicas; FSDP shards take the one-process steps (test_trainer_ranks.py) and run end to
     end below (killed ranks, a resume on one rank)."""
     learning_run(tmp_path / "run", tiny_warm_start, {})
@@ -79,9 +76,7 @@ def test_two_ranks_and_two_generators_learn_and_balance_the_ledger(
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_two_ranks_and_two_generators_under_ray_balance_the_ledger(
-    tmp_path: Path, tiny_warm_start: Path
-) -> None:
+def test_two_ranks_and_two_generators_under_ray_balance_the_ledger(tmp_path: Path, tiny_warm_start: Path) -> None:
     """The same layout with every role a Ray actor, on a short run: what Ray changes is where
     and how the roles start (learning is the local run's, above)."""
     learning_run(tmp_path / "run", tiny_warm_start, {}, "--launcher", "ray", steps=RAY_STEPS)
@@ -108,10 +103,10 @@ def test_killed_ranks_restart_the_trainer_from_its_checkpoint(tmp_path: Path) ->
     rank reading its own part) and no version number is used twice."""
     steps = 24
     config = write_config(
-        tmp_path, "ranks-kill",
-        trainer={"ranks": 2, "num_steps": steps, "checkpoint_every": 5, "eval_every": steps,
-                 "sharding": "fsdp"},
-    )  # fmt: skip
+        tmp_path,
+        "ranks-kill",
+        trainer={"ranks": 2, "num_steps": steps, "checkpoint_every": 5, "eval_every": steps, "sharding": "fsdp"},
+    )
     run_dir = tmp_path / "ranks-kill"
     proc = launch(config)
     kills: list[tuple[int, int]] = []  # (steps recorded at the kill, versions used before it)

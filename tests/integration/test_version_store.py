@@ -41,9 +41,7 @@ def _claim_in_processes(url: str, num_procs: int = 4) -> list[int]:
     return claimed
 
 
-def test_concurrent_claims_from_processes_never_exceed_the_gate(
-    redis_server, store: RedisStore
-) -> None:
+def test_concurrent_claims_from_processes_never_exceed_the_gate(redis_server, store: RedisStore) -> None:
     store.publish_version(2, {})
     claimed = _claim_in_processes(redis_server.url)
     bound = (2 + GATE["max_staleness"] + 1) * GATE["prompts_per_step"]

@@ -67,10 +67,7 @@ def test_every_generator_receives_the_trainers_exact_weights(config: SyncConfig)
         meta = {k: str(v) for k, v in publisher.publish(staged).items()} | {"policy_version": "5"}
         ctx = mp.get_context("spawn")
         out = ctx.Queue()
-        procs = [
-            ctx.Process(target=receive_into_model, args=(config, meta, f"gen-{i}", out))
-            for i in range(3)
-        ]
+        procs = [ctx.Process(target=receive_into_model, args=(config, meta, f"gen-{i}", out)) for i in range(3)]
         for proc in procs:
             proc.start()
         results = [out.get(timeout=120) for _ in procs]
@@ -200,9 +197,12 @@ def test_malformed_requests_are_refused_answered_and_counted() -> None:
     """Each bad request gets a refusal and one on_reject call; the server then serves on."""
     rejected: list[tuple[str, str]] = []
     server = P2PWeightServer(
-        "127.0.0.1", backend=GLOO, timeout_s=5, bucket_bytes=4096,
+        "127.0.0.1",
+        backend=GLOO,
+        timeout_s=5,
+        bucket_bytes=4096,
         on_reject=lambda reason, detail: rejected.append((reason, detail)),
-    )  # fmt: skip
+    )
     bad_requests = [
         [b"", b"\xc1garbage"],
         [b"", msgpack.packb({"worker_id": "x", "group": ""})],  # no {kind, body}
@@ -210,10 +210,8 @@ def test_malformed_requests_are_refused_answered_and_counted() -> None:
         [b"", msgpack.packb({"kind": "transfer_request", "body": {"worker_id": "x"}})],
         [
             b"",
-            msgpack.packb(
-                {"kind": "transfer_request", "body": {"worker_id": "x" * 65, "group": ""}}
-            ),
-        ],  # fmt: skip
+            msgpack.packb({"kind": "transfer_request", "body": {"worker_id": "x" * 65, "group": ""}}),
+        ],
         [b"", msgpack.packb({"kind": "transfer_reply", "body": {}})],
         [b"", msgpack.packb(msgpack.ExtType(1, b"x"))],
         [b"", messages.encode(TransferRequest("x", "", 0))],  # well formed: refused, not counted
@@ -279,7 +277,7 @@ def answer_with(endpoint_out, reply: bytes) -> None:
                 }
             ),
             "impossible version or size",
-        ),  # fmt: skip
+        ),
         (msgpack.packb({"kind": "nonsense", "body": {}}), "unknown_kind"),
         (messages.encode(TransferRefusal("no longer held", False)), "no longer held"),
     ],

@@ -22,10 +22,24 @@ def start_reward_worker(
     env = {**os.environ, "LLAMARL_REDIS_URL": redis_url, "LLAMARL_BROKER": str(endpoints)}
     with open(log_path, "wb") as log_file:
         return supervise.start(
-            [sys.executable, "-m", "workers.cli", "worker", "reward", "--config", str(config),
-             "--worker-id", "r0", "--log-format", "json", *options],
-            env=env, stdout=subprocess.DEVNULL, stderr=log_file,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "workers.cli",
+                "worker",
+                "reward",
+                "--config",
+                str(config),
+                "--worker-id",
+                "r0",
+                "--log-format",
+                "json",
+                *options,
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+        )
 
 
 def scored_round_trip(endpoints: BrokerEndpoints, ticket_id: int) -> None:

@@ -91,9 +91,7 @@ class Host:
 
     def run(self, argv: Sequence[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """Run a short command on this host to its end."""
-        return subprocess.run(
-            [*self.enter(), *argv], capture_output=True, text=True, timeout=timeout
-        )
+        return subprocess.run([*self.enter(), *argv], capture_output=True, text=True, timeout=timeout)
 
     def start(
         self, argv: Sequence[str], env: dict[str, str] | None = None, log: Path | None = None
@@ -126,8 +124,7 @@ class Cluster:
         self.gateway = f"{prefix}.1"
         self.etc = Path(tempfile.mkdtemp(prefix=f"llamarl-hosts-{self.tag}-"))
         self.hosts = {
-            name: Host(name, f"ll{self.tag}{name}", f"{prefix}.{i + 2}", "eth0")
-            for i, name in enumerate(names)
+            name: Host(name, f"ll{self.tag}{name}", f"{prefix}.{i + 2}", "eth0") for i, name in enumerate(names)
         }
 
     def __enter__(self) -> Cluster:

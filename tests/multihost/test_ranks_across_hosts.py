@@ -26,9 +26,7 @@ RUN_STEPS = 30
 
 
 @pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
-def test_two_plus_two_ranks_across_hosts_take_the_steps_of_four_on_one(
-    tmp_path: Path, sharding: str
-) -> None:
+def test_two_plus_two_ranks_across_hosts_take_the_steps_of_four_on_one(tmp_path: Path, sharding: str) -> None:
     alone, across = tmp_path / "alone.npy", tmp_path / "across.npy"
     with Cluster(["b", "d"]) as cluster:
         b, d = cluster["b"], cluster["d"]
@@ -93,14 +91,11 @@ def test_fsdp_ranks_on_two_hosts_sync_shards_and_resume_after_a_host_is_killed(
             return host.start([*command, *trainer], env=env, log=logs / f"trainer-{host.name}.log")
 
         agents = {"b": node(b), "d": node(d)}
-        others = [
-            worker(c, "generator", f"generator-{i}", config, head.env, logs) for i in range(2)
-        ] + [worker(c, "reward", "reward-0", config, head.env, logs)]
+        others = [worker(c, "generator", f"generator-{i}", config, head.env, logs) for i in range(2)] + [
+            worker(c, "reward", "reward-0", config, head.env, logs)
+        ]
         deadline = time.monotonic() + 300
-        while (
-            not list((run_dir / "checkpoints").glob("step-*/shards"))
-            or len(metrics_records(run_dir)) < 8
-        ):
+        while not list((run_dir / "checkpoints").glob("step-*/shards")) or len(metrics_records(run_dir)) < 8:
             assert time.monotonic() < deadline, (logs / "trainer-b.log").read_text()[-3000:]
             time.sleep(0.2)
         os.killpg(agents["d"].pid, signal.SIGKILL)  # host d's torchrun and its ranks

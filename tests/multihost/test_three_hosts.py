@@ -49,9 +49,9 @@ def test_roles_on_three_hosts_learn_and_balance(tmp_path: Path, tiny_warm_start:
         b, c = cluster["b"], cluster["c"]
         trainer_env = {**head.env, "LLAMARL__SYNC__HOST": b.address}
         trainer = worker(b, "trainer", "trainer", config, trainer_env, logs)
-        others = [
-            worker(c, "generator", f"generator-{i}", config, head.env, logs) for i in range(2)
-        ] + [worker(c, "reward", "reward-0", config, head.env, logs)]
+        others = [worker(c, "generator", f"generator-{i}", config, head.env, logs) for i in range(2)] + [
+            worker(c, "reward", "reward-0", config, head.env, logs)
+        ]
         assert trainer.wait(600) == 0, log_tail(logs, "trainer")
         for proc in others:
             assert proc.wait(60) == 0, [log_tail(logs, w) for w in ("generator-0", "reward-0")]
@@ -62,9 +62,7 @@ def test_roles_on_three_hosts_learn_and_balance(tmp_path: Path, tiny_warm_start:
         assert timers(run_dir, generator)["syncs"] >= 2, log_tail(logs, generator)
 
 
-def test_shared_memory_across_hosts_is_refused_in_one_line(
-    tmp_path: Path, tiny_warm_start: Path
-) -> None:
+def test_shared_memory_across_hosts_is_refused_in_one_line(tmp_path: Path, tiny_warm_start: Path) -> None:
     config = demo(tmp_path, tiny_warm_start, curve_keys(tmp_path), transport="shm")
     logs = tmp_path / "hosts" / "logs"
     with Cluster(["a", "b", "c"]) as cluster:
@@ -95,9 +93,7 @@ def test_a_host_without_the_keys_or_the_password_is_refused(tmp_path: Path) -> N
         assert keyless.wait(60) == 2, log_tail(logs, "keyless")
         assert d.run(["umount", str(keys)]).returncode == 0
         url = head.redis_url.replace(f":{PASSWORD}@", "")
-        passwordless = worker(
-            d, "generator", "passwordless", config, {**head.env, "LLAMARL_REDIS_URL": url}, logs
-        )
+        passwordless = worker(d, "generator", "passwordless", config, {**head.env, "LLAMARL_REDIS_URL": url}, logs)
         assert passwordless.wait(60) == 3, log_tail(logs, "passwordless")
     for worker_id, says in (
         ("keyless", "config error: broker.curve_keys"),

@@ -9,9 +9,7 @@ import sys
 RENDEZVOUS_PORT = 29400
 
 
-def multi_node(
-    rendezvous_host: str, local_address: str, nodes: int, per_node: int, *, restarts: int = 0
-) -> list[str]:
+def multi_node(rendezvous_host: str, local_address: str, nodes: int, per_node: int, *, restarts: int = 0) -> list[str]:
     """The torchrun prefix of one host of `nodes`, each with `per_node` ranks."""
     return [
         sys.executable,

@@ -28,8 +28,7 @@ def worker_state() -> dict[str, object]:
     kinds = ("mnt", "net", "pid", "ipc", "uts")
     namespaces = {name: os.readlink(f"/proc/self/ns/{name}") for name in kinds}
     limits = {
-        which: resource.getrlimit(which)
-        for which in (resource.RLIMIT_AS, resource.RLIMIT_CPU, resource.RLIMIT_NPROC)
+        which: resource.getrlimit(which) for which in (resource.RLIMIT_AS, resource.RLIMIT_CPU, resource.RLIMIT_NPROC)
     }
     cgroups = open("/proc/self/cgroup").read()
     return {

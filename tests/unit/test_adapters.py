@@ -53,8 +53,7 @@ def test_only_the_adapters_train_and_get_optimizer_state() -> None:
     assert adapters and all("lora_" in n for n, p in model.named_parameters() if p.requires_grad)
     learner.step(step_groups())
     assert all(torch.equal(p, base[n]) for n, p in model.named_parameters() if n in base)
-    moved = [n for n, p in model.named_parameters() if n in adapters and
-             not torch.equal(p, adapters[n])]  # fmt: skip
+    moved = [n for n, p in model.named_parameters() if n in adapters and not torch.equal(p, adapters[n])]
     assert moved, "the adapters took a step"
     optimized = {id(p) for group in learner.optimizer.param_groups for p in group["params"]}
     assert optimized == {id(p) for n, p in model.named_parameters() if "lora_" in n}
@@ -72,8 +71,7 @@ def test_a_version_is_the_adapters_and_makes_the_generator_compute_the_trainers_
     receiver = ShmReceiver(ShmSync())
     try:
         meta = publisher.publish(publisher.stage(trainer_model, 1))
-        version, fetched = receiver.fetch({k: str(v) for k, v in meta.items()} |
-                                          {"policy_version": "1"})  # fmt: skip
+        version, fetched = receiver.fetch({k: str(v) for k, v in meta.items()} | {"policy_version": "1"})
         receiver.swap_in(generator, fetched)
     finally:
         publisher.close()

@@ -26,8 +26,7 @@ from llamarl.training.sft import starting_policy
 from llamarl.weightsync import make_publisher
 from tests.factories import rollout_group
 
-MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
-         "max_position_embeddings": 32}  # fmt: skip
+MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32, "max_position_embeddings": 32}
 
 
 def _array(values: np.ndarray) -> TypedArray:
@@ -53,22 +52,28 @@ def _poisoned() -> dict[str, ScoredGroup]:
         "bad_version": _scored(3, token_versions=_array(versions)),
         "bad_length": _scored(4, completion_lengths=_array(np.array([9, 2], dtype=np.int32))),
         "bad_shape": _scored(5, token_versions=_array(np.zeros((2, 3), dtype=np.int32))),
-        "bad_reward": ScoredGroup(
-            rollout_group(6), _array(np.array([np.inf, 0.0], dtype=np.float32)), "test"
-        ),
+        "bad_reward": ScoredGroup(rollout_group(6), _array(np.array([np.inf, 0.0], dtype=np.float32)), "test"),
     }
 
 
 def test_the_trainer_refuses_poisoned_groups_counts_them_and_keeps_a_good_one(
     tmp_path: Path,
 ) -> None:
-    config = parse_config({"run_id": "door", "run_dir": str(tmp_path), "model": MODEL,
-                           "sync": {"transport": "local"}, "trainer": {"checkpoint_every": 0, "sft_steps": 0}})  # fmt: skip
+    config = parse_config(
+        {
+            "run_id": "door",
+            "run_dir": str(tmp_path),
+            "model": MODEL,
+            "sync": {"transport": "local"},
+            "trainer": {"checkpoint_every": 0, "sft_steps": 0},
+        }
+    )
     store = MemoryStore()
     hub = MemoryHub("door")
     rejections = build.rejections_of("trainer", config, store)
-    runtime = RoleRuntime("trainer", config, "trainer", store, hub.client("trainer"), rejections,
-                          lambda: hub.client("trainer"))  # fmt: skip
+    runtime = RoleRuntime(
+        "trainer", config, "trainer", store, hub.client("trainer"), rejections, lambda: hub.client("trainer")
+    )
     trainer = build.trainer(runtime, make_publisher(config.sync, "door"))
     try:
         for scored in _poisoned().values():
@@ -91,9 +96,7 @@ def test_a_non_finite_loss_skips_the_update_and_leaves_the_weights_untouched(
     learner = Learner(policy, config.algorithm, config.trainer, temperature=1.0)
     before = [p.detach().clone() for p in policy.model.parameters()]
     group = train_group(_scored(0))
-    poisoned = dataclasses.replace(
-        group, behaviour_logprobs=torch.full_like(group.behaviour_logprobs, float("nan"))
-    )
+    poisoned = dataclasses.replace(group, behaviour_logprobs=torch.full_like(group.behaviour_logprobs, float("nan")))
     record = learner.step([poisoned])
     assert record["skipped_update"] == 1.0
     assert all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters(), strict=True))

@@ -47,9 +47,7 @@ def test_a_text_continuation_credits_the_longest_choice_it_extends() -> None:
 def test_a_rewritten_history_restarts_the_record_and_is_counted() -> None:
     episode = AgentEpisode(Example(0, "1+1=", "2"))
     episode.chat_context(RENDERER, [{"role": "user", "content": "1+1="}])
-    episode.choices = [
-        Choice(ids("2"), [-1.0], 1, "2", True, {"role": "assistant", "content": "2"})
-    ]
+    episode.choices = [Choice(ids("2"), [-1.0], 1, "2", True, {"role": "assistant", "content": "2"})]
     edited = [{"role": "user", "content": "1+2="}, {"role": "assistant", "content": "3"}]
     episode.chat_context(RENDERER, [*edited, {"role": "user", "content": "2+2="}])
     assert episode.mismatches == 1 and episode.tokens == [] and episode.turns == []

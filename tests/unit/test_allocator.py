@@ -50,8 +50,7 @@ glibc_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gl
 
 
 def faults_per_allocation(mode: str) -> tuple[bool | None, list[int]]:
-    done = subprocess.run([sys.executable, "-c", PROGRAM, mode], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", PROGRAM, mode], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
     return result["took"], result["faults"]

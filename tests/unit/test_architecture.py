@@ -28,11 +28,7 @@ def _module_name(path: Path) -> str:
 
 
 def _modules() -> dict[str, Path]:
-    return {
-        _module_name(path): path
-        for package in PACKAGES
-        for path in sorted((REPO / package).rglob("*.py"))
-    }
+    return {_module_name(path): path for package in PACKAGES for path in sorted((REPO / package).rglob("*.py"))}
 
 
 MODULES = _modules()

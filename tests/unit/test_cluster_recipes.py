@@ -107,9 +107,7 @@ def _llamarl_containers() -> list[tuple[dict[str, Any], dict[str, Any], list[str
 def _mounted_config(spec: dict, container: dict, config_file: str, tmp_path: Path) -> Path:
     """The ConfigMap file a container's --config names, written out where load_config reads."""
     path = PurePosixPath(config_file)
-    (mount,) = [
-        m for m in container["volumeMounts"] if PurePosixPath(m["mountPath"]) == path.parent
-    ]
+    (mount,) = [m for m in container["volumeMounts"] if PurePosixPath(m["mountPath"]) == path.parent]
     (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
     data = _one("ConfigMap", volume["configMap"]["name"])["data"]
     local = tmp_path / path.name
@@ -246,9 +244,7 @@ def _run_sbatch(tmp_path: Path, num_nodes: int, **env: str) -> subprocess.Comple
         "LLAMARL_RUN_DIR": str(tmp_path / "run"),
         **env,
     }
-    return subprocess.run(
-        ["bash", str(SBATCH)], cwd=REPO, env=environ, capture_output=True, text=True, timeout=60
-    )
+    return subprocess.run(["bash", str(SBATCH)], cwd=REPO, env=environ, capture_output=True, text=True, timeout=60)
 
 
 def _steps(tmp_path: Path) -> list[dict[str, Any]]:

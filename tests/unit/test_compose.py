@@ -71,8 +71,7 @@ def test_multihost_services_reach_the_head_host() -> None:
     for name, service in override.items():
         if name == "redis":
             continue
-        env = {k: _substitute(str(v), head) for k, v in
-               (base[name]["environment"] | service["environment"]).items()}  # fmt: skip
+        env = {k: _substitute(str(v), head) for k, v in (base[name]["environment"] | service["environment"]).items()}
         config = load_config(REPO / "configs" / "cluster.yaml", environ=env)
         assert config.redis.url == "redis://:pw@10.0.0.1:6379/0", name
         expected_host = "0.0.0.0" if name == "broker" else "10.0.0.1"

@@ -74,9 +74,7 @@ def test_config_check_applies_overrides_and_refuses_an_unknown_one(
     assert main(["config", "check", tiny, "staleness.max_staleness=4"]) == 0
     assert "max_staleness: 4" in capsys.readouterr().out
     assert main(["config", "check", tiny, "trainer.num_step=5"]) == 2
-    assert capsys.readouterr().err.strip() == (
-        "config error: trainer.num_step: Extra inputs are not permitted"
-    )
+    assert capsys.readouterr().err.strip() == ("config error: trainer.num_step: Extra inputs are not permitted")
 
 
 def test_overrides_after_options_reach_the_config_and_stray_words_are_refused(
@@ -170,8 +168,7 @@ def test_worked_answers_on_a_file_task_are_refused() -> None:
 def test_worked_answers_with_a_whole_answer_verifier_are_refused() -> None:
     _refused(
         {"task": {"show_work": True}},
-        "task.show_work, task.verifier: verifier exact_int scores 0 on worked answers; "
-        "use final_int",
+        "task.show_work, task.verifier: verifier exact_int scores 0 on worked answers; use final_int",
     )
     assert parse_config({"task": {"show_work": True, "verifier": "final_int"}}).task.show_work
 
@@ -179,8 +176,7 @@ def test_worked_answers_with_a_whole_answer_verifier_are_refused() -> None:
 def test_held_out_set_too_large_for_the_digits_is_refused() -> None:
     _refused(
         {"task": {"num_digits": 1, "num_eval": 26}},
-        "task.num_eval, task.num_digits: 26 held out of 100 pairs leaves too few to train on "
-        "(at most 25)",
+        "task.num_eval, task.num_digits: 26 held out of 100 pairs leaves too few to train on (at most 25)",
     )
     assert parse_config({"task": {"num_digits": 1, "num_eval": 25}}, environ={}).task.num_eval == 25
 
@@ -188,8 +184,7 @@ def test_held_out_set_too_large_for_the_digits_is_refused() -> None:
 def test_min_new_tokens_above_max_new_tokens_is_refused() -> None:
     _refused(
         {"generation": {"min_new_tokens": 7, "max_new_tokens": 6}},
-        "generation.min_new_tokens, generation.max_new_tokens: 7 > 6: EOS would be banned past "
-        "the end",
+        "generation.min_new_tokens, generation.max_new_tokens: 7 > 6: EOS would be banned past the end",
     )
     assert parse_config({"generation": {"min_new_tokens": 6}}, environ={}).generation
 
@@ -231,8 +226,7 @@ def test_heartbeat_ttl_not_above_the_interval_is_refused() -> None:
 def test_one_sample_a_prompt_is_refused() -> None:
     _refused(
         {"generation": {"num_samples": 1}, "algorithm": {"advantage": "rloo"}},
-        "generation.num_samples, algorithm.advantage: rloo needs 2 or more samples a prompt to "
-        "learn anything",
+        "generation.num_samples, algorithm.advantage: rloo needs 2 or more samples a prompt to learn anything",
     )
     assert parse_config({"generation": {"num_samples": 2}}, environ={}).generation
 
@@ -249,37 +243,37 @@ def test_completions_longer_than_the_built_model_is_refused() -> None:
 
 def test_a_clip_range_must_hold_1() -> None:
     # clip_low and clip_high bound the ratio, so low > high cannot pass their bounds.
-    _refused({"algorithm": {"loss": "ppo_clip", "clip_low": 1.3, "clip_high": 1.2}},
-             "algorithm.clip_low: Input should be less than 1")  # fmt: skip
-    _refused({"algorithm": {"loss": "ppo_clip", "clip_high": 0.9}},
-             "algorithm.clip_high: Input should be greater than 1")  # fmt: skip
-    algorithm = parse_config({"algorithm": {"loss": "ppo_clip", "clip_low": 0.8,
-                                            "clip_high": 1.28}}, environ={}).algorithm  # fmt: skip
+    _refused(
+        {"algorithm": {"loss": "ppo_clip", "clip_low": 1.3, "clip_high": 1.2}},
+        "algorithm.clip_low: Input should be less than 1",
+    )
+    _refused(
+        {"algorithm": {"loss": "ppo_clip", "clip_high": 0.9}}, "algorithm.clip_high: Input should be greater than 1"
+    )
+    algorithm = parse_config(
+        {"algorithm": {"loss": "ppo_clip", "clip_low": 0.8, "clip_high": 1.28}}, environ={}
+    ).algorithm
     assert (algorithm.clip_low, algorithm.clip_high) == (0.8, 1.28)
 
 
 def test_a_clip_range_for_another_loss_is_refused() -> None:
     _refused(
         {"algorithm": {"clip_high": 1.28}},
-        "algorithm.clip_low, algorithm.clip_high, algorithm.loss: the clip range is ppo_clip's, "
-        "not aipo's",
+        "algorithm.clip_low, algorithm.clip_high, algorithm.loss: the clip range is ppo_clip's, not aipo's",
     )
 
 
 def test_a_masking_band_outside_its_bounds_or_empty_is_refused() -> None:
     _refused({"algorithm": {"mis_low": 0}}, "algorithm.mis_low: Input should be greater than 0")
-    _refused({"algorithm": {"mis_low": 1.5}},
-             "algorithm.mis_low: Input should be less than or equal to 1")  # fmt: skip
-    _refused({"algorithm": {"mis_high": 0.5}},
-             "algorithm.mis_high: Input should be greater than or equal to 1")  # fmt: skip
+    _refused({"algorithm": {"mis_low": 1.5}}, "algorithm.mis_low: Input should be less than or equal to 1")
+    _refused({"algorithm": {"mis_high": 0.5}}, "algorithm.mis_high: Input should be greater than or equal to 1")
     _refused(
         {"algorithm": {"mis_low": 1.0, "mis_high": 1.0}},
         "algorithm.mis_low, algorithm.mis_high: 1.0 >= 1.0 keeps no ratio",
     )
     _refused(
         {"algorithm": {"mis_level": "sequence"}},
-        "algorithm.mis_level, algorithm.mis_low, algorithm.mis_high: mis_level needs a band: set "
-        "mis_low or mis_high",
+        "algorithm.mis_level, algorithm.mis_low, algorithm.mis_high: mis_level needs a band: set mis_low or mis_high",
     )
     assert parse_config({"algorithm": {"mis_low": 1.0, "mis_high": 1.01}}, environ={}).algorithm
 
@@ -295,21 +289,23 @@ def test_options_that_would_be_ignored_are_refused() -> None:
     )
     _refused(
         {"algorithm": {"kl_in": "reward"}},
-        "algorithm.kl_estimator, algorithm.kl_in, algorithm.kl_coef: the KL penalty is off; set "
-        "kl_coef > 0",
+        "algorithm.kl_estimator, algorithm.kl_in, algorithm.kl_coef: the KL penalty is off; set kl_coef > 0",
     )
     _refused(
         {"algorithm": {"loss_constant": 100}},
-        "algorithm.loss_constant, algorithm.aggregation: loss_constant divides aggregation "
-        "constant_sum",
+        "algorithm.loss_constant, algorithm.aggregation: loss_constant divides aggregation constant_sum",
     )
     _refused(
         {"trainer": {"lr_min_ratio": 0.1}},
         "trainer.lr_min_ratio, trainer.lr_schedule: lr_min_ratio is the floor of a decay",
     )
-    assert parse_config({"algorithm": {"kl_in": "reward", "kl_coef": 0.1, "kl_estimator": "k1"},
-                         "trainer": {"lr_schedule": "cosine", "lr_min_ratio": 0.1}},
-                        environ={})  # fmt: skip
+    assert parse_config(
+        {
+            "algorithm": {"kl_in": "reward", "kl_coef": 0.1, "kl_estimator": "k1"},
+            "trainer": {"lr_schedule": "cosine", "lr_min_ratio": 0.1},
+        },
+        environ={},
+    )
 
 
 def test_a_warm_up_as_long_as_the_run_is_refused() -> None:

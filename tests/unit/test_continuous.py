@@ -24,9 +24,9 @@ def policy():
 def _recomputed(policy, finished, temperature: float) -> torch.Tensor:
     batch = finished.batch
     with torch.no_grad():
-        logp, _ = token_logprobs(policy, batch.prompt_ids, batch.prompt_mask,
-                                 batch.completion_ids, batch.completion_mask,
-                                 temperature)  # fmt: skip
+        logp, _ = token_logprobs(
+            policy, batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask, temperature
+        )
     return logp
 
 
@@ -39,8 +39,9 @@ def _drain(running: RunningBatch, version: int = 0) -> list:
 
 @pytest.mark.parametrize("temperature", [0.7, 1.3])
 def test_rows_joining_and_leaving_sample_what_the_trainer_recomputes(policy, temperature) -> None:
-    sampler = Sampler(num_samples=3, max_new_tokens=12, temperature=temperature,
-                      generator=torch.Generator().manual_seed(0))  # fmt: skip
+    sampler = Sampler(
+        num_samples=3, max_new_tokens=12, temperature=temperature, generator=torch.Generator().manual_seed(0)
+    )
     running = RunningBatch(policy, sampler)
     encoded = [policy.tokenizer(p).input_ids for p in PROMPTS]
     running.admit([(0, encoded[0]), (1, encoded[1])])
@@ -79,8 +80,7 @@ def test_greedy_rows_follow_the_argmax_of_the_recomputed_distribution(policy) ->
 
 
 def test_min_new_tokens_bans_eos_per_row(policy) -> None:
-    sampler = Sampler(num_samples=4, max_new_tokens=9, min_new_tokens=8,
-                      generator=torch.Generator().manual_seed(3))  # fmt: skip
+    sampler = Sampler(num_samples=4, max_new_tokens=9, min_new_tokens=8, generator=torch.Generator().manual_seed(3))
     running = RunningBatch(policy, sampler)
     running.admit([(0, policy.tokenizer("1+2=").input_ids)])
     running.step(0)
@@ -90,8 +90,7 @@ def test_min_new_tokens_bans_eos_per_row(policy) -> None:
 
 
 def test_tokens_keep_the_version_that_sampled_them_across_a_swap(policy) -> None:
-    sampler = Sampler(num_samples=2, max_new_tokens=6, min_new_tokens=6,
-                      generator=torch.Generator().manual_seed(0))  # fmt: skip
+    sampler = Sampler(num_samples=2, max_new_tokens=6, min_new_tokens=6, generator=torch.Generator().manual_seed(0))
     running = RunningBatch(policy, sampler)
     running.admit([("a", policy.tokenizer("1+2=").input_ids)])
     for _ in range(2):
@@ -123,8 +122,7 @@ def test_in_flight_restarts_groups_whose_oldest_token_is_too_old(policy) -> None
     from llamarl.store import Ticket
     from llamarl.tasks import Example
 
-    sampler = Sampler(num_samples=2, max_new_tokens=6, min_new_tokens=6,
-                      generator=torch.Generator().manual_seed(0))  # fmt: skip
+    sampler = Sampler(num_samples=2, max_new_tokens=6, min_new_tokens=6, generator=torch.Generator().manual_seed(0))
     in_flight = InFlight(policy, RunningBatch(policy, sampler))
     in_flight.admit([Ticket(7, 0, False)], [Example(7, "1+2=", "3")])
     in_flight.step(3)

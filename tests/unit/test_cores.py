@@ -18,9 +18,7 @@ from llamarl.launch.cores import plan_threads, split_cores
         (2, 1, 0.7, (1, 1)),
     ],
 )
-def test_split_follows_the_measured_share(
-    cores: int, generators: int, share: float, expected: tuple[int, int]
-) -> None:
+def test_split_follows_the_measured_share(cores: int, generators: int, share: float, expected: tuple[int, int]) -> None:
     trainer, generator = split_cores(cores, generators, share)
     assert (trainer, generator) == expected
     assert trainer + generators * generator <= cores
@@ -30,22 +28,21 @@ def test_no_measurement_when_there_is_no_choice_and_explicit_threads_win() -> No
     tight = parse_config({"workers": {"num_cores": 2, "num_generators": 1}})
     split = plan_threads(tight)
     assert (split.trainer_threads, split.generator_threads, split.trainer_share) == (1, 1, None)
-    fixed = parse_config({"workers": {"num_cores": 32, "trainer_threads": 3,
-                                      "generator_threads": 5}})  # fmt: skip
+    fixed = parse_config({"workers": {"num_cores": 32, "trainer_threads": 3, "generator_threads": 5}})
     split = plan_threads(fixed)
     assert (split.trainer_threads, split.generator_threads, split.trainer_share) == (3, 5, None)
 
 
 def test_the_measured_share_splits_a_larger_machine() -> None:
-    config = parse_config({
-        "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
-        "generation": {"num_samples": 2, "max_new_tokens": 8, "prompts_per_batch": 2},
-        "trainer": {"prompts_per_step": 2},
-        "workers": {"num_cores": 8, "num_generators": 1},
-    })  # fmt: skip
+    config = parse_config(
+        {
+            "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
+            "generation": {"num_samples": 2, "max_new_tokens": 8, "prompts_per_batch": 2},
+            "trainer": {"prompts_per_step": 2},
+            "workers": {"num_cores": 8, "num_generators": 1},
+        }
+    )
     split = plan_threads(config)
     assert split.trainer_share is not None and 0 < split.trainer_share < 1
     assert split.trainer_threads + split.generator_threads <= 8
-    assert (split.trainer_threads, split.generator_threads) == split_cores(
-        8, 1, split.trainer_share
-    )
+    assert (split.trainer_threads, split.generator_threads) == split_cores(8, 1, split.trainer_share)

@@ -51,9 +51,9 @@ def _formats(tmp: Path) -> dict[str, Path]:
     (tmp / "p.json").write_text(json.dumps(ROWS))
     datasets.Dataset.from_list(ROWS).save_to_disk(str(tmp / "saved"))
     splits = {"train": ROWS, "test": [{"question": "t", "answer": "0"}]}
-    datasets.DatasetDict(
-        {name: datasets.Dataset.from_list(rows) for name, rows in splits.items()}
-    ).save_to_disk(str(tmp / "saved_dict"))
+    datasets.DatasetDict({name: datasets.Dataset.from_list(rows) for name, rows in splits.items()}).save_to_disk(
+        str(tmp / "saved_dict")
+    )
     return {
         "jsonl": _jsonl(tmp / "p.jsonl", ROWS),
         "json": tmp / "p.json",
@@ -96,9 +96,9 @@ def test_held_out_rows_are_never_trained_on(tmp_path: Path) -> None:
         "test": [{"question": f"test{i}", "answer": "1"} for i in range(8)],
     }
     directory = tmp_path / "dict"
-    datasets.DatasetDict(
-        {name: datasets.Dataset.from_list(rows) for name, rows in splits.items()}
-    ).save_to_disk(str(directory))
+    datasets.DatasetDict({name: datasets.Dataset.from_list(rows) for name, rows in splits.items()}).save_to_disk(
+        str(directory)
+    )
     by_split = _file_set(directory, num_eval=5, eval_split="test")
     assert set(_train_prompts(by_split)) == {r["question"] for r in splits["train"]}
     held = {e.prompt for e in by_split.eval_items()}
@@ -225,15 +225,11 @@ def test_chat_rows_need_a_chat_template() -> None:
         parse_config({"task": chat, "model": {"path": "m"}}, environ={})
 
 
-def test_rows_are_read_lazily_from_memory_mapped_arrow(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_rows_are_read_lazily_from_memory_mapped_arrow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The set holds the Arrow dataset and reads a row when asked; the check never copies
     the file into Python objects (iterating or converting the whole dataset fails here)."""
     rows = [{"question": f"q{i}", "answer": str(i)} for i in range(5000)]
-    chat = [
-        {"messages": [{"role": "user", "content": f"q{i}"}], "answer": "1"} for i in range(3000)
-    ]
+    chat = [{"messages": [{"role": "user", "content": f"q{i}"}], "answer": "1"} for i in range(3000)]
     for name in ("__iter__", "to_list", "to_pandas", "to_dict"):
         monkeypatch.setattr(datasets.Dataset, name, _refuse)
     plain = _file_set(_jsonl(tmp_path / "p.jsonl", rows), num_eval=10)
@@ -326,8 +322,7 @@ BAD_DATA = [
     Bad(
         "a conversation with only a reply",
         lambda t: _chat(t, TALK, [{"role": "assistant", "content": "x"}]),
-        "task.path TMP/bad.jsonl: row 2 'messages' holds no prompt (no message before the "
-        "final assistant reply)",
+        "task.path TMP/bad.jsonl: row 2 'messages' holds no prompt (no message before the final assistant reply)",
     ),
     Bad(
         "chat rows with no answer anywhere",
@@ -349,20 +344,16 @@ BAD_DATA = [
     Bad(
         "a directory that is no dataset",
         lambda t: TaskConfig(kind="file", path=str(t)),
-        "task.path TMP: a directory, but not one that Dataset.save_to_disk or "
-        "DatasetDict.save_to_disk wrote",
+        "task.path TMP: a directory, but not one that Dataset.save_to_disk or DatasetDict.save_to_disk wrote",
     ),
     Bad(
         "a held-out split of a plain file",
         lambda t: _bad(t, [GOOD] * 3, eval_split="test"),
-        "task.eval_split test: task.path TMP/bad.jsonl has no splits (it is not a DatasetDict "
-        "directory)",
+        "task.eval_split test: task.path TMP/bad.jsonl has no splits (it is not a DatasetDict directory)",
     ),
     Bad(
         "a bad row in eval_path",
-        lambda t: _bad(
-            t, [GOOD] * 3, eval_path=str(_bad(t, [GOOD, {"prompt": "p"}], "held.jsonl").path)
-        ),
+        lambda t: _bad(t, [GOOD] * 3, eval_path=str(_bad(t, [GOOD, {"prompt": "p"}], "held.jsonl").path)),
         "task.eval_path TMP/held.jsonl: row 2 lacks 'answer'",
     ),
 ]
@@ -422,8 +413,6 @@ def test_task_format_reads_only_files_whose_extension_does_not_say(tmp_path: Pat
     """format: csv names the format of a .txt file; the .parquet held-out file stays Parquet."""
     (tmp_path / "train.txt").write_text("question,answer\n1+1,2\n2+2,4\n3+3,6\n")
     pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "held.parquet")
-    prompt_set = _file_set(
-        tmp_path / "train.txt", format="csv", eval_path=str(tmp_path / "held.parquet")
-    )
+    prompt_set = _file_set(tmp_path / "train.txt", format="csv", eval_path=str(tmp_path / "held.parquet"))
     assert sorted(_train_prompts(prompt_set)) == ["1+1", "2+2", "3+3"]
     assert len(prompt_set.eval_items()) == len(ROWS)

@@ -121,8 +121,12 @@ def test_every_documented_command_answers_help() -> None:
 def test_config_reference_is_current() -> None:
     table = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "config_reference.py")],
-        capture_output=True, text=True, check=True, timeout=60, cwd=REPO,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        cwd=REPO,
+    ).stdout
     page = set(CONFIG_PAGE.read_text().splitlines())
     missing = [row for row in table.splitlines() if row not in page]
     assert missing == [], "regenerate the table with python scripts/config_reference.py"

@@ -26,19 +26,21 @@ from llamarl.topics import SCORED
 from llamarl.weightsync import make_publisher
 from tests.factories import rollout_group
 
-MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
-         "max_position_embeddings": 32}  # fmt: skip
+MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32, "max_position_embeddings": 32}
 PPS = 4
 GATE = {"lease_s": 60.0, "max_staleness": 1, "prompts_per_step": PPS}
 
 
 def _config(tmp_path: Path, **sections: Any) -> RunConfig:
-    tree = {"run_id": "dapo", "run_dir": str(tmp_path), "model": MODEL,
-            "task": {"kind": "arithmetic", "num_digits": 1, "num_eval": 4},
-            "generation": {"num_samples": 2, "max_new_tokens": 3, "min_new_tokens": 2},
-            "trainer": {"prompts_per_step": PPS, "num_steps": 2, "eval_every": 2, "sft_steps": 0,
-                        "checkpoint_every": 0},
-            "sampling": {"dynamic_sampling": True, "max_draws_factor": 2}}  # fmt: skip
+    tree = {
+        "run_id": "dapo",
+        "run_dir": str(tmp_path),
+        "model": MODEL,
+        "task": {"kind": "arithmetic", "num_digits": 1, "num_eval": 4},
+        "generation": {"num_samples": 2, "max_new_tokens": 3, "min_new_tokens": 2},
+        "trainer": {"prompts_per_step": PPS, "num_steps": 2, "eval_every": 2, "sft_steps": 0, "checkpoint_every": 0},
+        "sampling": {"dynamic_sampling": True, "max_draws_factor": 2},
+    }
     return parse_config(tree | sections, environ={})
 
 
@@ -47,9 +49,15 @@ def started(tmp_path: Path) -> Iterator[tuple[Trainer, MemoryStore, MemoryHub]]:
     """A started trainer on a MemoryStore and MemoryHub, as a sync run builds it."""
     config = _config(tmp_path, sync={"transport": "local"})
     store, hub = MemoryStore(), MemoryHub("dapo")
-    runtime = RoleRuntime("trainer", config, "trainer", store, hub.client("trainer"),
-                          build.rejections_of("trainer", config, store),
-                          lambda: hub.client("trainer"))  # fmt: skip
+    runtime = RoleRuntime(
+        "trainer",
+        config,
+        "trainer",
+        store,
+        hub.client("trainer"),
+        build.rejections_of("trainer", config, store),
+        lambda: hub.client("trainer"),
+    )
     trainer = build.trainer(runtime, make_publisher(config.sync, "dapo"))
     trainer.start()
     yield trainer, store, hub
@@ -134,7 +142,5 @@ def test_a_sync_run_draws_again_for_skipped_groups_and_stops_at_the_cap(
     assert summary["steps"] == 2
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [r["groups_skipped"] for r in records] == [PPS, PPS]
-    trained = [
-        json.loads(line)["ticket_id"] for line in (tmp_path / "run" / "trained.jsonl").open()
-    ]
+    trained = [json.loads(line)["ticket_id"] for line in (tmp_path / "run" / "trained.jsonl").open()]
     assert trained == [4, 5, 6, 7, 12, 13, 14, 15], "each step's first draw skipped"

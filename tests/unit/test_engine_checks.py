@@ -36,18 +36,12 @@ def vllm_present(monkeypatch: pytest.MonkeyPatch) -> None:
     before anything imports it)."""
     real = importlib.util.find_spec
     spec = real("json")
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: spec if name == "vllm" else real(name, *a)
-    )
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "vllm" else real(name, *a))
 
 
-def test_a_missing_vllm_is_refused_with_how_to_install_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_missing_vllm_is_refused_with_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
-    )
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
     with pytest.raises(
         ConfigError,
         match=r"vllm is not installed here; install it with `bash scripts/setup.sh --vllm`",
@@ -69,9 +63,7 @@ def test_the_native_engine_needs_nothing(tmp_path: Path) -> None:
         ({"max_new_tokens": 32, "vllm": {"max_model_len": 32}}, r"max_model_len 32; raise"),
     ],
 )
-def test_a_config_the_engine_cannot_serve_is_refused(
-    tmp_path: Path, generation: dict[str, Any], message: str
-) -> None:
+def test_a_config_the_engine_cannot_serve_is_refused(tmp_path: Path, generation: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         _check(_model(tmp_path), **generation)
 

@@ -133,8 +133,7 @@ def test_limits_end_episodes_by_turns_and_tokens() -> None:
 def test_an_environment_answering_with_anything_but_an_envstep_ends_its_episode() -> None:
     examples_ = examples(4)
     run = runner("tests.episode_envs:BadOutputEnv")
-    episodes = run.run(examples_, 1, Sampling(8, generator=torch.Generator().manual_seed(0)),
-                       lambda: 0)  # fmt: skip
+    episodes = run.run(examples_, 1, Sampling(8, generator=torch.Generator().manual_seed(0)), lambda: 0)
     assert [e.end for e in episodes] == ["env_error"] * 4
     errors = [str(e.error) for e in episodes]
     assert "not an EnvStep" in errors[0] and "messages must be" in errors[1]
@@ -154,14 +153,12 @@ def test_environment_rewards_win_over_the_scorer_and_records_are_checked() -> No
     given = [e.reward for e in episodes[:2]]
     assert list(scored.rewards.to_numpy()) == given and scored.scorer == "environment"
     check_scored(scored, vocab_size=64, policy_version=3)
-    broken = ScoredGroup(group.__class__(**{**group.__dict__, "episodes": "[{}]"}),
-                         scored.rewards, "x")  # fmt: skip
+    broken = ScoredGroup(group.__class__(**{**group.__dict__, "episodes": "[{}]"}), scored.rewards, "x")
     with pytest.raises(ProtocolError, match="bad_episodes"):
         check_scored(broken, vocab_size=64, policy_version=3)
     logprobs = group.behaviour_logprobs.to_numpy().copy()
     logprobs[group.token_versions.to_numpy() < 0] = -0.5
-    lying = group.__class__(**{**group.__dict__,
-                               "behaviour_logprobs": TypedArray.from_numpy(logprobs)})  # fmt: skip
+    lying = group.__class__(**{**group.__dict__, "behaviour_logprobs": TypedArray.from_numpy(logprobs)})
     with pytest.raises(ProtocolError, match="bad_logprob"):
         check_scored(ScoredGroup(lying, scored.rewards, "x"), vocab_size=64, policy_version=3)
 
@@ -172,11 +169,9 @@ def test_a_custom_environment_is_checked_before_anything_starts() -> None:
     with pytest.raises(ConfigError, match="is not a class with start"):
         environment_class("tests.episode_envs:RELEASE")
     with pytest.raises(ValueError, match="fsdp ranks evaluate together"):
-        RunConfig.model_validate({"environment": {"kind": "retry"},
-                                  "trainer": {"ranks": 2, "sharding": "fsdp"}})  # fmt: skip
+        RunConfig.model_validate({"environment": {"kind": "retry"}, "trainer": {"ranks": 2, "sharding": "fsdp"}})
     with pytest.raises(ValueError, match="generation.min_new_tokens"):
-        RunConfig.model_validate({"environment": {"kind": "retry"},
-                                  "generation": {"min_new_tokens": 2}})  # fmt: skip
+        RunConfig.model_validate({"environment": {"kind": "retry"}, "generation": {"min_new_tokens": 2}})
 
 
 def test_a_reply_is_what_follows_the_model_turn_even_when_the_template_rewrites_it() -> None:

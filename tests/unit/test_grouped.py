@@ -25,9 +25,13 @@ MIN_NEW = 2
 def _groups(policy) -> list[TrainGroup]:
     prompts = [policy.tokenizer(p).input_ids for p in PROMPTS]
     batch = sample(
-        policy, prompts, num_samples=NUM_SAMPLES, max_new_tokens=7, min_new_tokens=MIN_NEW,
+        policy,
+        prompts,
+        num_samples=NUM_SAMPLES,
+        max_new_tokens=7,
+        min_new_tokens=MIN_NEW,
         generator=torch.Generator().manual_seed(3),
-    )  # fmt: skip
+    )
     rng = torch.Generator().manual_seed(4)
     groups = []
     for g, prompt in enumerate(prompts):
@@ -73,9 +77,15 @@ def _plain_loss(policy, reference, groups, algorithm: AlgorithmConfig) -> torch.
         rewards = rewards - algorithm.kl_coef * kl.view_as(rewards)
     advantages = group_advantages(rewards, algorithm.advantage, algorithm.grpo_scale_by_std)
     out = policy_loss(
-        algorithm.loss, logp, padded("behaviour_logprobs"), advantages.flatten(), args[3],
-        ref_logp=ref_logp, entropy=entropy, **algorithm.model_dump(exclude={"loss"}),
-    )  # fmt: skip
+        algorithm.loss,
+        logp,
+        padded("behaviour_logprobs"),
+        advantages.flatten(),
+        args[3],
+        ref_logp=ref_logp,
+        entropy=entropy,
+        **algorithm.model_dump(exclude={"loss"}),
+    )
     return out.loss
 
 
@@ -101,21 +111,41 @@ def test_grouped_step_equals_plain_loss_and_gradients(
     "options",
     [
         # GSPO with a decoupled (DAPO) clip range.
-        {"loss": "ppo_clip", "ratio_level": "sequence", "aggregation": "sequence_mean",
-         "clip_low": 0.9, "clip_high": 1.1},
+        {
+            "loss": "ppo_clip",
+            "ratio_level": "sequence",
+            "aggregation": "sequence_mean",
+            "clip_low": 0.9,
+            "clip_high": 1.1,
+        },
         # Dr. GRPO: constant_sum, no std; with an entropy bonus.
-        {"rho": 1.2, "aggregation": "constant_sum", "loss_constant": 7,
-         "grpo_scale_by_std": False, "entropy_coef": 0.05},
+        {
+            "rho": 1.2,
+            "aggregation": "constant_sum",
+            "loss_constant": 7,
+            "grpo_scale_by_std": False,
+            "entropy_coef": 0.05,
+        },
         # Token-level MIS with a k2 KL in the loss.
         {"rho": 1.2, "mis_low": 0.8, "mis_high": 1.25, "kl_coef": 0.1, "kl_estimator": "k2"},
         # Sequence-level MIS with a k1 KL in the reward.
-        {"loss": "reinforce", "mis_low": 0.95, "mis_high": 1.05, "mis_level": "sequence",
-         "kl_coef": 0.5, "kl_estimator": "k1", "kl_in": "reward"},
+        {
+            "loss": "reinforce",
+            "mis_low": 0.95,
+            "mis_high": 1.05,
+            "mis_level": "sequence",
+            "kl_coef": 0.5,
+            "kl_estimator": "k1",
+            "kl_in": "reward",
+        },
         # The user's own loss and advantage (examples/own_algorithm.py), by module:function.
-        {"loss": "examples.own_algorithm:cispo", "clip_high": 1.1,
-         "advantage": "examples.own_algorithm:group_mean_batch_std"},
+        {
+            "loss": "examples.own_algorithm:cispo",
+            "clip_high": 1.1,
+            "advantage": "examples.own_algorithm:group_mean_batch_std",
+        },
     ],
-)  # fmt: skip
+)
 def test_grouped_step_with_loss_options_equals_plain_loss(options: dict[str, object]) -> None:
     algorithm = AlgorithmConfig.model_validate(options)
     stats = _grouped_step_against_plain(algorithm, 30, False)
@@ -127,13 +157,12 @@ def test_grouped_step_with_loss_options_equals_plain_loss(options: dict[str, obj
         assert stats["kl_ref"] != 0
 
 
-def _grouped_step_against_plain(
-    algorithm: AlgorithmConfig, micro_tokens: int, checkpointing: bool
-) -> dict[str, float]:
+def _grouped_step_against_plain(algorithm: AlgorithmConfig, micro_tokens: int, checkpointing: bool) -> dict[str, float]:
     """The learner's step on `_groups` in micro-batches of `micro_tokens`: its loss and
     gradients against `_plain_loss`'s (within 1e-5); its stats."""
-    trainer = TrainerConfig(lr=1e-3, micro_batch_tokens=micro_tokens, max_grad_norm=1e6,
-                            activation_checkpointing=checkpointing)  # fmt: skip
+    trainer = TrainerConfig(
+        lr=1e-3, micro_batch_tokens=micro_tokens, max_grad_norm=1e6, activation_checkpointing=checkpointing
+    )
     policy = build_policy(ModelConfig(hidden_size=32, num_layers=2, num_heads=2), seed=1)
     groups = _groups(policy)
     assert len({int(g.prompt_ids.shape[0]) for g in groups}) == 3
@@ -157,8 +186,9 @@ def _grouped_step_against_plain(
     expected = {n: p.grad.clone() for n, p in policy.model.named_parameters()}
     policy.model.zero_grad(set_to_none=True)
 
-    learner = Learner(policy, algorithm, trainer, temperature=0.9,
-                      reference=reference if kl_coef else None, min_new_tokens=MIN_NEW)  # fmt: skip
+    learner = Learner(
+        policy, algorithm, trainer, temperature=0.9, reference=reference if kl_coef else None, min_new_tokens=MIN_NEW
+    )
     learner.optimizer.step = lambda *a, **k: None  # keep the weights to read the gradients
     stats = learner.step(groups)
     assert stats["loss"] == pytest.approx(float(plain.detach()), abs=1e-5)

@@ -49,9 +49,7 @@ GOOD = EvaluatedChunk(
 
 
 def runtime(tmp_path: Path, store: MemoryStore, worker_id: str) -> RoleRuntime:
-    config = parse_config(
-        {"run_id": "held", "run_dir": str(tmp_path), "trainer": {"eval_every": 6, "num_steps": 20}}
-    )
+    config = parse_config({"run_id": "held", "run_dir": str(tmp_path), "trainer": {"eval_every": 6, "num_steps": 20}})
     hub = MemoryHub("held")
     role = worker_id.split("-")[0]
     rejections = build.rejections_of(role, config, store)
@@ -97,9 +95,7 @@ def test_chunks_are_shared_once_each_and_combine_into_the_whole_sets_accuracy(
     generator.after_version(7)  # every chunk is claimed already
     assert [(batch[0], len(batch)) for batch in seen] == [("p100", CHUNK), ("p200", 50)]
     assert trainer.take() == [], "chunk 0 is not in yet"
-    store.add_evaluation(
-        json.dumps(asdict(GOOD) | {"policy_version": 7, "num_chunks": 3, "accuracy": 1.0})
-    )
+    store.add_evaluation(json.dumps(asdict(GOOD) | {"policy_version": 7, "num_chunks": 3, "accuracy": 1.0}))
     (whole,) = trainer.take()
     assert (whole.step, whole.policy_version) == (6, 7)
     # all of the first 100, 50 of the next 100, 25 of the last 50: the whole set's share
@@ -203,9 +199,7 @@ def test_named_sets_ride_in_the_chunks_after_the_held_out_prompts(tmp_path: Path
     whole = held_out()
     assert parts == [(0, CHUNK - 30), (CHUNK - 30, 50)], "each chunk's share of the set"
     assert whole.num_prompts == CHUNK + 30
-    assert whole.accuracy == pytest.approx(
-        sum(1 for i in range(CHUNK + 30) if i % 2 == 0) / (CHUNK + 30)
-    )
+    assert whole.accuracy == pytest.approx(sum(1 for i in range(CHUNK + 30) if i % 2 == 0) / (CHUNK + 30))
     expected = sum(1 for i in range(CHUNK + 20) if i % 4 == 0) / (CHUNK + 20)
     assert set_metrics(whole.sets) == {"eval/extra/greedy": pytest.approx(expected)}
     store = MemoryStore()

@@ -187,9 +187,7 @@ def test_a_row_without_a_template_field_scores_0_and_is_counted(tmp_path: Path) 
     assert "'question'" in problems.seen[0][1]
 
 
-def test_a_failed_generation_scores_0_and_is_counted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_failed_generation_scores_0_and_is_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     directory = save_judge(tmp_path / "judge", says="9")
     problems = Problems()
     scorer = JudgeScorer(JudgeConfig(model=str(directory)), exact_int_base(), None, problems)

@@ -28,9 +28,7 @@ def test_restarts_are_budgeted_per_window_not_per_run() -> None:
         supervisor.restart(0, 1)
     assert supervisor.restarts == {"generator-0": 4}
     now[0] = 39.0  # a third crash within 10 s of the last two
-    with pytest.raises(
-        RuntimeError, match="generator generator-0 exited with code 1 after 2 restarts in 10 s"
-    ):
+    with pytest.raises(RuntimeError, match="generator generator-0 exited with code 1 after 2 restarts in 10 s"):
         supervisor.restart(0, 1)
     assert len(started) == 5
     for proc in started:

@@ -26,19 +26,16 @@ def test_more_cuda_ranks_than_gpus_are_refused(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     check_devices(parse_config({"trainer": {"device": "cuda"}}), "async")
     two = parse_config({"trainer": {"device": "cuda", "ranks": 2}})
-    with pytest.raises(ConfigError, match="trainer.ranks: 2 ranks on cuda need a GPU each and "
-                                          "this machine has 1"):  # fmt: skip
+    with pytest.raises(ConfigError, match="trainer.ranks: 2 ranks on cuda need a GPU each and this machine has 1"):
         check_devices(two, "async")
-    check_devices(parse_config({"trainer": {"ranks": 2}, "generation": {"device": "cuda"}}),
-                  "async")  # fmt: skip
+    check_devices(parse_config({"trainer": {"ranks": 2}, "generation": {"device": "cuda"}}), "async")
 
 
 def test_ray_places_cuda_roles_on_its_own_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
     """A launcher host without GPUs may drive a cluster whose nodes have them."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-    config = parse_config({"trainer": {"device": "cuda", "ranks": 2},
-                           "generation": {"device": "cuda"}})  # fmt: skip
+    config = parse_config({"trainer": {"device": "cuda", "ranks": 2}, "generation": {"device": "cuda"}})
     check_devices(config, "async", "ray")
     with pytest.raises(ConfigError, match="trainer.device: cuda"):
         check_devices(config, "async", "local")

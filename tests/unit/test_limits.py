@@ -28,9 +28,12 @@ def test_rejections_log_once_per_reason_per_interval_and_batch_counts() -> None:
     written: list[tuple[str, int]] = []
     clock = FakeClock()
     rejections = Rejections(
-        "reward", lambda reason, n: written.append((reason, n)), log_interval_s=60,
-        flush_interval_s=3600, clock=clock,
-    )  # fmt: skip
+        "reward",
+        lambda reason, n: written.append((reason, n)),
+        log_interval_s=60,
+        flush_interval_s=3600,
+        clock=clock,
+    )
     with capture_logs() as logs:
         for _ in range(1000):
             rejections.record("garbage", "bad bytes")

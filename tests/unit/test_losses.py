@@ -40,9 +40,7 @@ def test_aipo_equals_reinforce_when_pi_equals_mu() -> None:
     aipo = policy_loss("aipo", logp, logp.detach(), adv, mask)
     reinforce = policy_loss("reinforce", logp, logp.detach(), adv, mask)
     assert aipo.loss.item() == pytest.approx(reinforce.loss.item())
-    expected = (
-        -(2 * (math.log(0.5) + math.log(0.2)) - (math.log(0.1) + math.log(0.4) + math.log(0.3))) / 5
-    )
+    expected = -(2 * (math.log(0.5) + math.log(0.2)) - (math.log(0.1) + math.log(0.4) + math.log(0.3))) / 5
     assert aipo.loss.item() == pytest.approx(expected, rel=1e-5)
     (g1,) = torch.autograd.grad(aipo.loss, logp)
     assert torch.allclose(g1, torch.tensor([[-0.4, -0.4, 0.0], [0.2, 0.2, 0.2]]))
@@ -73,9 +71,7 @@ def test_gradients_flow_only_through_log_pi() -> None:
 def test_ppo_clip_by_hand() -> None:
     logp = torch.log(torch.tensor([[0.6]])).requires_grad_()
     behaviour = torch.log(torch.tensor([[0.4]]))
-    out = policy_loss(
-        "ppo_clip", logp, behaviour, torch.tensor([1.0]), torch.tensor([[1]]), clip_eps=0.2
-    )
+    out = policy_loss("ppo_clip", logp, behaviour, torch.tensor([1.0]), torch.tensor([[1]]), clip_eps=0.2)
     assert out.loss.item() == pytest.approx(-1.2)  # ratio 1.5 clipped to 1.2 for A > 0
     (grad,) = torch.autograd.grad(out.loss, logp)
     assert grad.item() == 0.0
@@ -123,8 +119,7 @@ def test_decoupled_clip_range_by_hand() -> None:
     logp = torch.log(torch.tensor([[0.6], [0.5], [0.2]])).requires_grad_()
     behaviour = torch.log(torch.tensor([[0.4], [0.4], [0.4]]))
     adv, mask = torch.tensor([1.0, 1.0, -1.0]), torch.ones(3, 1)
-    out = policy_loss("ppo_clip", logp, behaviour, adv, mask, aggregation="sequence_mean",
-                      clip_low=0.8, clip_high=1.28)  # fmt: skip
+    out = policy_loss("ppo_clip", logp, behaviour, adv, mask, aggregation="sequence_mean", clip_low=0.8, clip_high=1.28)
     # 1.5 -> 1.28 (A > 0); 1.25 inside [0.8, 1.28]; 0.5 with A < 0: max(0.5, 0.8) = 0.8.
     assert out.loss.item() == pytest.approx((-1.28 - 1.25 + 0.8) / 3)
     (grad,) = torch.autograd.grad(out.loss, logp)
@@ -140,8 +135,7 @@ def test_constant_sum_divides_each_sequence_sum_by_the_constant() -> None:
     # Sequence sums 2 and 12, each over the constant 4, averaged over 2 sequences.
     assert aggregate(per_token, mask, "constant_sum", constant=4).item() == pytest.approx(1.75)
     logp, mask, adv = _inputs()
-    out = policy_loss("reinforce", logp, logp.detach(), adv, mask, aggregation="constant_sum",
-                      loss_constant=4)  # fmt: skip
+    out = policy_loss("reinforce", logp, logp.detach(), adv, mask, aggregation="constant_sum", loss_constant=4)
     logs = [math.log(p) for p in (0.5, 0.2, 0.1, 0.4, 0.3)]
     assert out.loss.item() == pytest.approx((-2 * (logs[0] + logs[1]) + sum(logs[2:])) / 8)
 
@@ -151,8 +145,10 @@ def test_micro_batch_shares_add_up_to_the_whole_batch(how: str) -> None:
     per_token = torch.tensor([[1.0, 1.0, 0.0], [4.0, 4.0, 4.0], [2.0, 0.0, 0.0]])
     mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0]])
     whole = aggregate(per_token, mask, how, constant=5)
-    parts = [aggregate(per_token[rows], mask[rows], how, num_tokens=6, num_rows=3, constant=5)
-             for rows in (slice(0, 2), slice(2, 3))]  # fmt: skip
+    parts = [
+        aggregate(per_token[rows], mask[rows], how, num_tokens=6, num_rows=3, constant=5)
+        for rows in (slice(0, 2), slice(2, 3))
+    ]
     assert sum(parts).item() == pytest.approx(whole.item())
     expected = {"token_mean": 16 / 6, "sequence_mean": (1 + 4 + 2) / 3, "constant_sum": 16 / 15}
     assert whole.item() == pytest.approx(expected[how])
@@ -174,8 +170,15 @@ def test_sequence_ratio_is_the_geometric_mean_of_token_ratios() -> None:
 
 def test_gspo_clips_whole_sequences() -> None:
     logp, behaviour, mask = _two_sequences()
-    out = policy_loss("ppo_clip", logp, behaviour, torch.tensor([1.0, -1.0]), mask,
-                      ratio_level="sequence", aggregation="sequence_mean")  # fmt: skip
+    out = policy_loss(
+        "ppo_clip",
+        logp,
+        behaviour,
+        torch.tensor([1.0, -1.0]),
+        mask,
+        ratio_level="sequence",
+        aggregation="sequence_mean",
+    )
     # Sequence 0: ratio 4, A = 1: -min(4, 1.2) = -1.2. Sequence 1: ratio 0.5, A = -1:
     # -min(-0.5, -0.8) = 0.8. Both take the clipped term, which has no gradient.
     assert out.loss.item() == pytest.approx((-1.2 + 0.8) / 2)
@@ -186,8 +189,9 @@ def test_gspo_clips_whole_sequences() -> None:
 
 def test_gspo_gradient_spreads_the_sequence_ratio_over_its_tokens() -> None:
     logp, behaviour, mask = _two_sequences()
-    out = policy_loss("ppo_clip", logp, behaviour, torch.tensor([1.0, 1.0]), mask,
-                      ratio_level="sequence", aggregation="sequence_mean")  # fmt: skip
+    out = policy_loss(
+        "ppo_clip", logp, behaviour, torch.tensor([1.0, 1.0]), mask, ratio_level="sequence", aggregation="sequence_mean"
+    )
     # Sequence 1 (ratio 0.5, A = 1) is inside its clip side: loss -0.5, and
     # d(-s / 2) / d log pi_t = -s / (2 * 3) for each of its 3 tokens.
     assert out.loss.item() == pytest.approx((-1.2 - 0.5) / 2)
@@ -197,8 +201,7 @@ def test_gspo_gradient_spreads_the_sequence_ratio_over_its_tokens() -> None:
 
 def test_sequence_level_tis_truncates_the_sequence_ratio_at_rho() -> None:
     logp, behaviour, mask = _two_sequences()
-    out = policy_loss("aipo", logp, behaviour, torch.tensor([1.0, -1.0]), mask, rho=2.0,
-                      ratio_level="sequence")  # fmt: skip
+    out = policy_loss("aipo", logp, behaviour, torch.tensor([1.0, -1.0]), mask, rho=2.0, ratio_level="sequence")
     (grad,) = torch.autograd.grad(out.loss, logp)
     # Weights min(4, 2) = 2 and min(0.5, 2) = 0.5, detached; token mean over 5 tokens.
     assert torch.allclose(grad, torch.tensor([[-2 / 5, -2 / 5, 0.0], [0.5 / 5] * 3]))
@@ -227,8 +230,7 @@ def test_token_level_mis_drops_tokens_outside_the_band() -> None:
 def test_sequence_level_mis_drops_whole_sequences() -> None:
     logp, behaviour, mask, adv = _mismatched()
     # Geometric means: sqrt(3 * 1) = 1.73 (kept), (0.25 * 1 * 1) ** (1 / 3) = 0.63 (dropped).
-    out = policy_loss("reinforce", logp, behaviour, adv, mask, mis_low=0.7, mis_high=2.0,
-                      mis_level="sequence")  # fmt: skip
+    out = policy_loss("reinforce", logp, behaviour, adv, mask, mis_low=0.7, mis_high=2.0, mis_level="sequence")
     assert out.dropped_fraction == pytest.approx(3 / 5)
     assert out.loss.item() == pytest.approx(-2 * (math.log(0.5) + math.log(0.2)) / 5, rel=1e-5)
 
@@ -237,8 +239,7 @@ def test_entropy_bonus_is_subtracted_per_token() -> None:
     logp, mask, adv = _inputs()
     entropy = torch.tensor([[1.0, 2.0, 9.0], [3.0, 4.0, 5.0]])  # 9 sits on padding
     base = policy_loss("reinforce", logp, logp.detach(), adv, mask)
-    bonus = policy_loss("reinforce", logp, logp.detach(), adv, mask, entropy=entropy,
-                        entropy_coef=0.1)  # fmt: skip
+    bonus = policy_loss("reinforce", logp, logp.detach(), adv, mask, entropy=entropy, entropy_coef=0.1)
     assert bonus.loss.item() == pytest.approx(base.loss.item() - 0.1 * (1 + 2 + 3 + 4 + 5) / 5)
 
 
@@ -255,8 +256,9 @@ def test_each_kl_estimator_as_a_loss(estimator: str, value: float, slope: float)
     logp, mask, adv = _inputs()
     ref = logp.detach() + 0.5
     base = policy_loss("reinforce", logp, logp.detach(), adv, mask)
-    with_kl = policy_loss("reinforce", logp, logp.detach(), adv, mask, ref_logp=ref,
-                          kl_coef=0.1, kl_estimator=estimator)  # fmt: skip
+    with_kl = policy_loss(
+        "reinforce", logp, logp.detach(), adv, mask, ref_logp=ref, kl_coef=0.1, kl_estimator=estimator
+    )
     assert with_kl.kl_ref == pytest.approx(value, rel=1e-5)
     assert with_kl.loss.item() == pytest.approx(base.loss.item() + 0.1 * value, rel=1e-5)
     (grad_base,) = torch.autograd.grad(base.loss, logp)
@@ -270,10 +272,9 @@ def test_each_kl_estimator_as_a_loss(estimator: str, value: float, slope: float)
         # r = log mu - log ref: [0.2, -0.4 | pad] and [0.1, 0.1, 0.1].
         ("k1", [0.2 - 0.4, 0.3]),
         ("k2", [0.5 * (0.04 + 0.16), 0.5 * 3 * 0.01]),
-        ("k3", [math.exp(-0.2) + 0.2 - 1 + math.exp(0.4) - 0.4 - 1,
-                3 * (math.exp(-0.1) + 0.1 - 1)]),
+        ("k3", [math.exp(-0.2) + 0.2 - 1 + math.exp(0.4) - 0.4 - 1, 3 * (math.exp(-0.1) + 0.1 - 1)]),
     ],
-)  # fmt: skip
+)
 def test_each_kl_estimator_as_a_reward_penalty(estimator: str, sums: list[float]) -> None:
     ref = torch.log(torch.tensor([[0.5, 0.2, 0.7], [0.3, 0.3, 0.3]]))
     behaviour = ref + torch.tensor([[0.2, -0.4, 7.0], [0.1, 0.1, 0.1]])

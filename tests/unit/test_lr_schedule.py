@@ -64,8 +64,14 @@ def test_each_learner_step_uses_the_scheduled_lr() -> None:
 
 
 def test_a_resumed_learner_continues_the_schedule(tmp_path: Path) -> None:
-    fields = {"lr": 1e-3, "lr_warmup_steps": 2, "num_steps": 6, "lr_schedule": "cosine",
-              "sft_steps": 0, "micro_batch_tokens": 4096}  # fmt: skip
+    fields = {
+        "lr": 1e-3,
+        "lr_warmup_steps": 2,
+        "num_steps": 6,
+        "lr_schedule": "cosine",
+        "sft_steps": 0,
+        "micro_batch_tokens": 4096,
+    }
     config = parse_config({"run_id": "lr", "model": MODEL.model_dump(), "trainer": fields}, {})
     ran = build.learner(config, build_policy(MODEL, seed=1), None, None)
     for _ in range(3):

@@ -28,8 +28,13 @@ from llamarl.training.memory import GiB, Workload, estimate_rank, model_shape
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ModelConfig(hidden_size=64, num_layers=3, num_heads=4, intermediate_size=96)
-BILLION = {"hidden_size": 2048, "num_layers": 16, "num_heads": 32, "intermediate_size": 8192,
-           "max_position_embeddings": 256}  # fmt: skip
+BILLION = {
+    "hidden_size": 2048,
+    "num_layers": 16,
+    "num_heads": 32,
+    "intermediate_size": 8192,
+    "max_position_embeddings": 256,
+}
 WORK = Workload(prompt_tokens=256, completion_tokens=768, num_samples=4, micro_batches=2)
 
 
@@ -46,8 +51,15 @@ def test_the_built_model_is_counted_exactly_without_its_weights() -> None:
 
 def test_a_model_directory_is_counted_from_its_config_json(tmp_path: Path) -> None:
     """Untied embeddings and grouped-query attention, as a real checkpoint may have them."""
-    config = LlamaConfig(vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, intermediate_size=96, tie_word_embeddings=False)  # fmt: skip
+    config = LlamaConfig(
+        vocab_size=300,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=96,
+        tie_word_embeddings=False,
+    )
     config.save_pretrained(tmp_path)
     assert (tmp_path / "config.json").exists() and not list(tmp_path.glob("*.safetensors"))
     shape = model_shape(ModelConfig(path=str(tmp_path)))
@@ -92,9 +104,7 @@ def _host(monkeypatch: pytest.MonkeyPatch, num_bytes: int) -> None:
 
 
 def _sharded(config: RunConfig) -> RunConfig:
-    return config.model_copy(
-        update={"trainer": config.trainer.model_copy(update={"sharding": "fsdp"})}
-    )
+    return config.model_copy(update={"trainer": config.trainer.model_copy(update={"sharding": "fsdp"})})
 
 
 def _need(config: RunConfig, generators: bool = False) -> int:
@@ -126,11 +136,16 @@ def test_fsdp_ranks_that_fit_only_without_whole_gradients_are_told_to_reduce_eac
 ) -> None:
     """A step of several micro-batches: accumulating keeps the whole gradients on every fsdp
     rank, reducing in each micro-batch keeps only the rank's shard."""
-    fsdp = _sharded(parse_config({"model": BILLION, "trainer": {"ranks": 2, "sft_steps": 0,
-                                                                "prompts_per_step": 64, "micro_batch_tokens": 1024}}))  # fmt: skip
+    fsdp = _sharded(
+        parse_config(
+            {
+                "model": BILLION,
+                "trainer": {"ranks": 2, "sft_steps": 0, "prompts_per_step": 64, "micro_batch_tokens": 1024},
+            }
+        )
+    )
     assert memory_check.run_workload(fsdp).micro_batches > 1
-    each = fsdp.model_copy(update={"trainer": fsdp.trainer.model_copy(
-        update={"reduce_gradients": "micro_batch"})})  # fmt: skip
+    each = fsdp.model_copy(update={"trainer": fsdp.trainer.model_copy(update={"reduce_gradients": "micro_batch"})})
     whole = model_shape(fsdp.model).num_params * 4
     assert _need(fsdp) - _need(each) == 2 * whole  # two ranks' whole gradients
     _host(monkeypatch, (_need(fsdp) + _need(each)) // 2)
@@ -162,14 +177,15 @@ def test_cuda_ranks_are_checked_against_their_gpus_memory(monkeypatch: pytest.Mo
     """No GPU here: torch is told of two 16 GiB ones."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda index: SimpleNamespace(total_memory=16 << 30))  # fmt: skip
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(total_memory=16 << 30))
     _host(monkeypatch, 1 << 40)
-    config = parse_config({"model": BILLION, "trainer": {"device": "cuda", "ranks": 2,
-                                                         "sft_steps": 0}})  # fmt: skip
-    with pytest.raises(ConfigError, match=r"each of 2 cuda trainer ranks needs about [\d.]+ GiB "
-                                          r"of GPU memory and its GPU has 16.0 GiB; set "
-                                          r"trainer.sharding: fsdp$"):  # fmt: skip
+    config = parse_config({"model": BILLION, "trainer": {"device": "cuda", "ranks": 2, "sft_steps": 0}})
+    with pytest.raises(
+        ConfigError,
+        match=r"each of 2 cuda trainer ranks needs about [\d.]+ GiB "
+        r"of GPU memory and its GPU has 16.0 GiB; set "
+        r"trainer.sharding: fsdp$",
+    ):
         memory_check.check_memory(config)
     memory_check.check_memory(_sharded(config))
 
@@ -191,22 +207,28 @@ def test_a_cgroup_limit_below_the_hosts_memory_is_the_limit(tmp_path: Path) -> N
     assert unlimited > 2 << 30 and where == "this host has"
 
 
-HUGE = {"hidden_size": 16384, "num_layers": 128, "num_heads": 128, "intermediate_size": 65536,
-        "max_position_embeddings": 256}  # fmt: skip
+HUGE = {
+    "hidden_size": 16384,
+    "num_layers": 128,
+    "num_heads": 128,
+    "intermediate_size": 65536,
+    "max_position_embeddings": 256,
+}
 """About 550B parameters: no host holds its trainer."""
 
 
-@pytest.mark.parametrize("command", [["run"], ["worker", "trainer", "--config"]],
-                         ids=["llamarl run", "trainer worker"])  # fmt: skip
-def test_a_model_far_too_big_is_refused_before_anything_starts(
-    command: list[str], tmp_path: Path
-) -> None:
+@pytest.mark.parametrize("command", [["run"], ["worker", "trainer", "--config"]], ids=["llamarl run", "trainer worker"])
+def test_a_model_far_too_big_is_refused_before_anything_starts(command: list[str], tmp_path: Path) -> None:
     path = tmp_path / "huge.yaml"
     run_dir = tmp_path / "run"
     path.write_text(yaml.safe_dump({"run_id": "huge", "run_dir": str(run_dir), "model": HUGE}))
-    proc = supervise.start([sys.executable, "-m", "workers.cli", "--log-format", "json",
-                            *command, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, cwd=REPO)  # fmt: skip
+    proc = supervise.start(
+        [sys.executable, "-m", "workers.cli", "--log-format", "json", *command, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     try:
         _, err = proc.communicate(timeout=120)  # a hang guard, not a speed bound
     finally:

@@ -22,9 +22,7 @@ SMALL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size"
 def test_the_default_config_with_a_model_path_runs_no_warm_start(tmp_path: Path) -> None:
     saved = build_policy(ModelConfig(**SMALL), seed=1)
     save_policy(saved, tmp_path / "mine")
-    config = parse_config(
-        {"model": {"path": str(tmp_path / "mine")}, "task": {"num_digits": 1, "num_eval": 4}}
-    )
+    config = parse_config({"model": {"path": str(tmp_path / "mine")}, "task": {"num_digits": 1, "num_eval": 4}})
     assert config.trainer.sft_steps == 0
     policy = starting_policy(config, make_prompt_set(config.task, config.seed))
     for name, weight in saved.model.state_dict().items():
@@ -43,9 +41,7 @@ def test_only_the_built_model_is_warm_started_by_default_and_a_set_value_wins(
     assert parse_config({"trainer": {"sft_steps": 0}}).trainer.sft_steps == 0
     asked = parse_config({"model": {"path": str(tmp_path)}, "trainer": {"sft_steps": 5}})
     assert asked.trainer.sft_steps == 5
-    overridden = parse_config(
-        {"model": {"path": str(tmp_path)}}, environ={"LLAMARL__TRAINER__SFT_STEPS": "7"}
-    )
+    overridden = parse_config({"model": {"path": str(tmp_path)}}, environ={"LLAMARL__TRAINER__SFT_STEPS": "7"})
     assert overridden.trainer.sft_steps == 7
 
 
@@ -71,8 +67,7 @@ def test_the_summary_names_every_evaluation_set_and_what_sync_does_not_keep() ->
     assert lines[1].startswith("  keeps: no checkpoints, no Redis ledger, cannot be resumed")
     assert "greedy, my_rewards:score" in lines[2]
     assert lines[3] == (
-        "    set adds: adds.jsonl, greedy, pass@1, pass@4 and mean@4 at temperature 1, "
-        "my_rewards:score"
+        "    set adds: adds.jsonl, greedy, pass@1, pass@4 and mean@4 at temperature 1, my_rewards:score"
     )
     assert lines[4] == "    set hard: the first 50 rows of hard.jsonl, greedy, final_int"
 

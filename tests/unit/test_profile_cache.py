@@ -12,8 +12,10 @@ from llamarl.bench import profile
 from llamarl.config import parse_config
 from llamarl.sim.costs import Costs, ThreadCosts
 
-TREE = {"model": {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32},
-        "trainer": {"num_steps": 5}}  # fmt: skip
+TREE = {
+    "model": {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32},
+    "trainer": {"num_steps": 5},
+}
 
 
 def test_the_key_ignores_run_length_and_follows_what_costs() -> None:
@@ -37,16 +39,22 @@ def test_a_second_call_reads_the_cache(tmp_path: Path, monkeypatch: pytest.Monke
         """Stands in for the measurement (covered end to end by tests/integration/
         test_layout.py, in a process of its own): what is tested here is the cache."""
         calls.append(1)
-        costs = Costs(threads={1: at}, score_s_per_group=0.0, stage_s=0.0, pull_s=0.0,
-                      prompt_tokens=4.0, corun_slowdown={}, cores=1)  # fmt: skip
+        costs = Costs(
+            threads={1: at},
+            score_s_per_group=0.0,
+            stage_s=0.0,
+            pull_s=0.0,
+            prompt_tokens=4.0,
+            corun_slowdown={},
+            cores=1,
+        )
         return costs, {"calls": len(calls)}
 
     monkeypatch.setattr(profile, "measure", measured)
     first = profile.profile(config)
     second = profile.profile(config)
     assert (first["cached"], second["cached"], len(calls)) == (False, True, 1)
-    assert second["profile"] == first["profile"] and Path(first["profile"]).parent == (
-        tmp_path / "profiles")  # fmt: skip
+    assert second["profile"] == first["profile"] and Path(first["profile"]).parent == (tmp_path / "profiles")
     assert second["costs"]["calls"] == 1, "the first measurement, read back"
     profile.profile(config, fresh=True)
     assert len(calls) == 2, "--fresh measures again"

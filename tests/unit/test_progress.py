@@ -32,9 +32,7 @@ def test_off_a_terminal_progress_is_a_log_line_every_interval_and_one_at_the_end
 
 def test_a_listener_hears_every_update() -> None:
     heard: list[tuple[str, int, int]] = []
-    with Progress(
-        "evaluation", 3, stream=io.StringIO(), listener=lambda *a: heard.append(a)
-    ) as bar:
+    with Progress("evaluation", 3, stream=io.StringIO(), listener=lambda *a: heard.append(a)) as bar:
         bar.update(2)
         bar.update()
     assert heard == [("evaluation", 2, 3), ("evaluation", 3, 3)]

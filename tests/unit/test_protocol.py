@@ -34,9 +34,7 @@ def test_every_kind_round_trips(payload: object) -> None:
 
 def test_arrays_travel_as_typed_bytes() -> None:
     values = np.array([[-0.5, -1.25], [-2.0, -0.125]], dtype=np.float32)
-    wire = msgpack.unpackb(
-        encode(make_envelope(every_kind()[0], run_id="r", sender="s", policy_version=0))
-    )
+    wire = msgpack.unpackb(encode(make_envelope(every_kind()[0], run_id="r", sender="s", policy_version=0)))
     assert isinstance(wire["payload"]["behaviour_logprobs"]["data"], bytes)
     assert np.array_equal(TypedArray.from_numpy(values).to_numpy(), values)
 
@@ -44,9 +42,7 @@ def test_arrays_travel_as_typed_bytes() -> None:
 def test_timestamps_and_ids_are_fresh_per_message() -> None:
     """A default evaluated once (at import) would give both the same id and a time before now."""
     before = time.time()
-    first, second = (
-        make_envelope(Control("x", {}), run_id="r", sender="s", policy_version=0) for _ in range(2)
-    )
+    first, second = (make_envelope(Control("x", {}), run_id="r", sender="s", policy_version=0) for _ in range(2))
     after = time.time()
     assert first.msg_id != second.msg_id
     assert before <= first.created_at <= second.created_at <= after

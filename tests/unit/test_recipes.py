@@ -34,8 +34,7 @@ def test_each_recipe_file_is_the_demo_with_its_preset(name: str) -> None:
 def test_the_config_and_its_overrides_win_over_the_preset() -> None:
     tree = {"recipe": "dapo", "algorithm": {"clip_high": 1.5}}
     config = parse_config(tree, environ={"LLAMARL__ALGORITHM__CLIP_LOW": "0.7"})
-    assert (config.algorithm.loss, config.algorithm.clip_low, config.algorithm.clip_high) == (
-        "ppo_clip", 0.7, 1.5)  # fmt: skip
+    assert (config.algorithm.loss, config.algorithm.clip_low, config.algorithm.clip_high) == ("ppo_clip", 0.7, 1.5)
     assert parse_config({"recipe": "dapo"}, environ={}).algorithm.clip_high == 1.28
     # The resolved config (as a run writes it for its workers) parses to itself.
     config = parse_config({"recipe": "gspo"}, environ={})
@@ -62,9 +61,7 @@ def test_the_recipe_option_and_override_reach_the_config(
     assert len(lines) == 1 and lines[0].startswith("config error: recipe: unknown 'nope'; use one")
 
 
-def test_an_include_cycle_and_a_missing_include_are_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_an_include_cycle_and_a_missing_include_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from workers.cli import main
 
     (tmp_path / "a.yaml").write_text("include: b.yaml\nrun_id: a\n")

@@ -26,16 +26,21 @@ from tests.factories import rollout_group
 COMPLETIONS = ["46", "47 is my answer", "forty-six, I think"]
 
 
-def save_reward_model(
-    directory: Path, num_labels: int = 1, chat_template: str | None = None
-) -> Path:
+def save_reward_model(directory: Path, num_labels: int = 1, chat_template: str | None = None) -> Path:
     tokenizer = build_char_tokenizer()
     if chat_template is not None:
         tokenizer.chat_template = chat_template
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, intermediate_size=32,
-                         max_position_embeddings=128, num_labels=num_labels,
-                         pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=128,
+        num_labels=num_labels,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     torch.manual_seed(0)
     LlamaForSequenceClassification(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
@@ -48,14 +53,11 @@ def group_of(completions: list[str]):  # noqa: ANN201 - a RolloutGroup
     return type(group)(**{**group.__dict__, "completions": TypedArray.from_numpy(data)})
 
 
-@pytest.mark.parametrize(
-    "chat_template", [None, "{% for m in messages %}{{ m['content'] }}|{% endfor %}"]
-)
+@pytest.mark.parametrize("chat_template", [None, "{% for m in messages %}{{ m['content'] }}|{% endfor %}"])
 def test_a_group_scored_in_one_padded_batch_matches_each_completion_scored_alone(
     tmp_path: Path, chat_template: str | None
 ) -> None:
-    scorer = RewardModelScorer(str(save_reward_model(tmp_path, chat_template=chat_template)),
-                               weight=1.0, base=None)  # fmt: skip
+    scorer = RewardModelScorer(str(save_reward_model(tmp_path, chat_template=chat_template)), weight=1.0, base=None)
     batched = scorer.model_scores("12+34=", COMPLETIONS)
     alone = [scorer.model_scores("12+34=", [c])[0] for c in COMPLETIONS]
     np.testing.assert_allclose(batched, alone, rtol=1e-5, atol=1e-6)
@@ -64,13 +66,23 @@ def test_a_group_scored_in_one_padded_batch_matches_each_completion_scored_alone
 
 def test_the_reward_role_adds_the_weighted_model_score_to_the_verifier(tmp_path: Path) -> None:
     model_dir = save_reward_model(tmp_path / "rm")
-    config = parse_config({"run_id": "rm", "run_dir": str(tmp_path / "run"),
-                           "task": {"verifier": "exact_int", "reward_model": str(model_dir),
-                                    "reward_model_weight": 2.5}})  # fmt: skip
+    config = parse_config(
+        {
+            "run_id": "rm",
+            "run_dir": str(tmp_path / "run"),
+            "task": {"verifier": "exact_int", "reward_model": str(model_dir), "reward_model_weight": 2.5},
+        }
+    )
     hub = MemoryHub("rm")
-    runtime = RoleRuntime("reward", config, "reward-0", MemoryStore(), hub.client("reward-0"),
-                          build.rejections_of("reward", config, MemoryStore()),
-                          lambda: hub.client("reward-0"))  # fmt: skip
+    runtime = RoleRuntime(
+        "reward",
+        config,
+        "reward-0",
+        MemoryStore(),
+        hub.client("reward-0"),
+        build.rejections_of("reward", config, MemoryStore()),
+        lambda: hub.client("reward-0"),
+    )
     role = build.reward(runtime)
     sink = hub.client("trainer").consume(SCORED)
     hub.client("generator").push(ROLLOUTS, group_of(COMPLETIONS), policy_version=0)
@@ -85,9 +97,7 @@ def test_the_reward_role_adds_the_weighted_model_score_to_the_verifier(tmp_path:
 
 def test_bad_reward_models_are_refused_before_a_run_and_when_loaded(tmp_path: Path) -> None:
     missing = parse_config({"task": {"reward_model": str(tmp_path / "nothing")}})
-    with pytest.raises(
-        ConfigError, match="task.reward_model .*nothing: not a local model directory"
-    ):
+    with pytest.raises(ConfigError, match="task.reward_model .*nothing: not a local model directory"):
         preflight(missing, "sync")
     two_labels = save_reward_model(tmp_path / "classifier", num_labels=2)
     with pytest.raises(ConfigError, match="a reward model has one label, this one has 2"):

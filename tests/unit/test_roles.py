@@ -34,15 +34,18 @@ from llamarl.training.evaluate import Evaluation
 from llamarl.training.export import export
 from tests.factories import FakeClock, rollout_group
 
-MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
-         "max_position_embeddings": 32}  # fmt: skip
+MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32, "max_position_embeddings": 32}
 
 
 def _config(tmp_path: Path, **sections: Any) -> RunConfig:
-    tree = {"run_id": "roles", "run_dir": str(tmp_path), "model": MODEL,
-            "task": {"kind": "arithmetic", "num_digits": 1, "num_eval": 4},
-            "generation": {"num_samples": 2, "max_new_tokens": 3, "min_new_tokens": 3},
-            "trainer": {"prompts_per_step": 2, "num_steps": 2, "eval_every": 2, "sft_steps": 0}}  # fmt: skip
+    tree = {
+        "run_id": "roles",
+        "run_dir": str(tmp_path),
+        "model": MODEL,
+        "task": {"kind": "arithmetic", "num_digits": 1, "num_eval": 4},
+        "generation": {"num_samples": 2, "max_new_tokens": 3, "min_new_tokens": 3},
+        "trainer": {"prompts_per_step": 2, "num_steps": 2, "eval_every": 2, "sft_steps": 0},
+    }
     return parse_config(tree | sections)
 
 
@@ -87,8 +90,7 @@ def test_a_finished_run_exports_its_final_model_else_its_newest_checkpoint(
     AutoTokenizer.from_pretrained(tmp_path / "out")
     trained = AutoModelForCausalLM.from_pretrained(summary["model"])
     assert all(
-        torch.equal(a, b)
-        for a, b in zip(model.state_dict().values(), trained.state_dict().values(), strict=True)
+        torch.equal(a, b) for a, b in zip(model.state_dict().values(), trained.state_dict().values(), strict=True)
     )
     with pytest.raises(ConfigError, match="exists and is not empty"):
         export(run_dir, tmp_path / "out")
@@ -102,8 +104,9 @@ def test_a_finished_run_exports_its_final_model_else_its_newest_checkpoint(
 
 
 def test_an_async_role_refuses_the_in_process_transport_before_connecting(tmp_path: Path) -> None:
-    config = _config(tmp_path, sync={"transport": "local"},
-                     redis={"url": "redis://127.0.0.1:1/0"}, broker={"port": 5555})  # fmt: skip
+    config = _config(
+        tmp_path, sync={"transport": "local"}, redis={"url": "redis://127.0.0.1:1/0"}, broker={"port": 5555}
+    )
     with pytest.raises(ConfigError, match="sync.transport: local .* --mode sync"):
         build.connect("generator", config, "generator-0")
 
@@ -126,8 +129,7 @@ def test_repeated_resumes_from_one_checkpoint_keep_the_gate_at_the_trained_versi
         resumed = resume(store, checkpoint, every_steps=1, lost=[])
         assert resumed is not None
         store.publish_version(resumed[0], {})
-        claimable = store.claim_tickets("g0", 1000, lease_s=60, max_staleness=k,
-                                        prompts_per_step=pps)  # fmt: skip
+        claimable = store.claim_tickets("g0", 1000, lease_s=60, max_staleness=k, prompts_per_step=pps)
         # Tickets of trained version 4 plus k ahead, issued in the first round, none after.
         assert store.ledger()["issued"] == (4 + k + 1) * pps, claimable
     newest = resumed[0]
@@ -137,9 +139,7 @@ def test_repeated_resumes_from_one_checkpoint_keep_the_gate_at_the_trained_versi
     assert store.ledger()["issued"] == (6 + k + 1) * pps, "the gate must open with training"
 
 
-def _fast_beating_trainer(
-    tmp_path: Path, worker_id: str
-) -> tuple[RoleRuntime, MemoryStore, FakeClock]:
+def _fast_beating_trainer(tmp_path: Path, worker_id: str) -> tuple[RoleRuntime, MemoryStore, FakeClock]:
     """A registered trainer runtime whose heartbeat TTL is 0.1 s (beats every 0.02 s), on a store
     whose clock (which expires registrations) moves only when the test moves it: how soon a
     thread gets the CPU cannot expire anything."""
@@ -147,16 +147,20 @@ def _fast_beating_trainer(
     clock = FakeClock()
     store = MemoryStore(clock=clock)
     hub = MemoryHub("roles")
-    runtime = RoleRuntime("trainer", config, worker_id, store, hub.client(worker_id),
-                          build.rejections_of("trainer", config, store),
-                          lambda: hub.client(worker_id))  # fmt: skip
+    runtime = RoleRuntime(
+        "trainer",
+        config,
+        worker_id,
+        store,
+        hub.client(worker_id),
+        build.rejections_of("trainer", config, store),
+        lambda: hub.client(worker_id),
+    )
     runtime.register()
     return runtime, store, clock
 
 
-def _wait_for_worker(
-    store: MemoryStore, condition: Callable[[WorkerInfo], bool], what: str
-) -> None:
+def _wait_for_worker(store: MemoryStore, condition: Callable[[WorkerInfo], bool], what: str) -> None:
     deadline = time.monotonic() + 60  # a hang guard: the thread beats every 0.02 s
     while not condition(store.workers()[0]):
         assert time.monotonic() < deadline, what
@@ -169,13 +173,17 @@ def test_keep_alive_beats_through_a_phase_longer_than_the_heartbeat_ttl(tmp_path
         for _ in range(6):  # the long phase: 3 TTLs of store time, in steps under one TTL
             seen = store.workers()[0].fields["last_seen"]
             clock.advance(ttl_s / 2)
-            _wait_for_worker(store, lambda w, seen=seen: w.fields["last_seen"] != seen,
-                             "no heartbeat came from the keep-alive thread")  # fmt: skip
+            _wait_for_worker(
+                store,
+                lambda w, seen=seen: w.fields["last_seen"] != seen,
+                "no heartbeat came from the keep-alive thread",
+            )
             (worker,) = store.workers()
             assert worker.alive and worker.fields["status"] == "warm-start"
         phase.report("warm start", 3, 10)  # what a Progress listener does
-        _wait_for_worker(store, lambda w: w.fields["status"] == "warm start 3/10",
-                         "the status never showed the progress")  # fmt: skip
+        _wait_for_worker(
+            store, lambda w: w.fields["status"] == "warm start 3/10", "the status never showed the progress"
+        )
     assert not [t for t in threading.enumerate() if t.name.startswith("keep-alive")]
     runtime.close()
 
@@ -202,8 +210,12 @@ def test_a_custom_reward_function_scores_training_and_bad_ones_are_refused(
         "def score(completion, answer):\n    return 0.25\n\nNOT_A_FUNCTION = 3\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    run_sync(_config(tmp_path / "run", task={"kind": "arithmetic", "num_digits": 1,
-                                             "num_eval": 4, "reward": "quarter_reward:score"}))  # fmt: skip
+    run_sync(
+        _config(
+            tmp_path / "run",
+            task={"kind": "arithmetic", "num_digits": 1, "num_eval": 4, "reward": "quarter_reward:score"},
+        )
+    )
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [r["reward_mean"] for r in records] == [0.25, 0.25]
     with pytest.raises(ConfigError, match="task.reward no_such_module:f: cannot import"):
@@ -226,9 +238,7 @@ def test_busy_timer_records_busy_spans_and_merges_ones_that_touch() -> None:
     assert timer.busy_s == pytest.approx(3.5) and timer.idle_s == pytest.approx(5.001)
 
 
-def test_the_trainers_heartbeat_shows_its_latest_evaluation(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_trainers_heartbeat_shows_its_latest_evaluation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     beats: list[dict[str, Any]] = []
 
     class RecordingStore(MemoryStore):
@@ -239,9 +249,7 @@ def test_the_trainers_heartbeat_shows_its_latest_evaluation(
 
     monkeypatch.setattr(sync_run, "MemoryStore", RecordingStore)
     evaluations = iter([0.1, 0.2, 0.3, 0.4])  # a different accuracy at each evaluation
-    monkeypatch.setattr(
-        Trainer, "_evaluate", lambda self: Evaluation(next(evaluations), [], None, 4)
-    )
+    monkeypatch.setattr(Trainer, "_evaluate", lambda self: Evaluation(next(evaluations), [], None, 4))
     trainer = {"prompts_per_step": 2, "num_steps": 5, "eval_every": 2, "sft_steps": 0}
     summary = sync_run.run_sync(_config(tmp_path, trainer=trainer))
     evaluated = {0: summary["initial_accuracy"]} | {
@@ -270,9 +278,15 @@ def test_run_role_starts_runs_and_closes_a_role_and_returns_its_result(tmp_path:
     are scored, and the typed result counts them."""
     config = _config(tmp_path)
     store, hub = MemoryStore(), MemoryHub("roles")
-    runtime = RoleRuntime("reward", config, "reward-0", store, hub.client("reward-0"),
-                          build.rejections_of("reward", config, store),
-                          lambda: hub.client("reward-0"))  # fmt: skip
+    runtime = RoleRuntime(
+        "reward",
+        config,
+        "reward-0",
+        store,
+        hub.client("reward-0"),
+        build.rejections_of("reward", config, store),
+        lambda: hub.client("reward-0"),
+    )
     scored = hub.client("trainer").consume(SCORED)
     for ticket_id in (1, 2):
         hub.client("generator-0").push(ROLLOUTS, rollout_group(ticket_id), policy_version=0)

@@ -23,14 +23,23 @@ def _run(policy, temperature: float, top_p: float):
     prompts = [policy.tokenizer(p).input_ids for p in PROMPTS]
     generator = torch.Generator().manual_seed(0)
     batch = sample(
-        policy, prompts, num_samples=3, max_new_tokens=8, temperature=temperature,
-        top_p=top_p, generator=generator,
-    )  # fmt: skip
+        policy,
+        prompts,
+        num_samples=3,
+        max_new_tokens=8,
+        temperature=temperature,
+        top_p=top_p,
+        generator=generator,
+    )
     with torch.no_grad():
         logp, _ = token_logprobs(
-            policy, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
-            batch.completion_mask, temperature,
-        )  # fmt: skip
+            policy,
+            batch.prompt_ids,
+            batch.prompt_mask,
+            batch.completion_ids,
+            batch.completion_mask,
+            temperature,
+        )
     return batch, logp
 
 
@@ -60,9 +69,7 @@ def test_top_p_mu_is_the_renormalised_nucleus(policy) -> None:
 
 def test_eos_ends_a_completion_and_padding_has_zero_logprob(policy) -> None:
     batch, _ = _run(policy, 1.0, 1.0)
-    for ids, mask, lp in zip(
-        batch.completion_ids, batch.completion_mask, batch.logprobs, strict=True
-    ):
+    for ids, mask, lp in zip(batch.completion_ids, batch.completion_mask, batch.logprobs, strict=True):
         length = int(mask.sum())
         assert (mask[:length] == 1).all() and (mask[length:] == 0).all()
         assert (lp[length:] == 0).all()
@@ -76,12 +83,22 @@ def test_min_new_tokens_holds_eos_back_and_pi_masks_it_the_same_way(policy) -> N
     with torch.no_grad():
         policy.model.lm_head.weight[policy.eos_id] += 5.0
     try:
-        batch = sample(policy, prompts, num_samples=3, max_new_tokens=6, min_new_tokens=4,
-                       generator=torch.Generator().manual_seed(0))  # fmt: skip
+        batch = sample(
+            policy,
+            prompts,
+            num_samples=3,
+            max_new_tokens=6,
+            min_new_tokens=4,
+            generator=torch.Generator().manual_seed(0),
+        )
         logp, _ = token_logprobs(
-            policy, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
-            batch.completion_mask, min_new_tokens=4,
-        )  # fmt: skip
+            policy,
+            batch.prompt_ids,
+            batch.prompt_mask,
+            batch.completion_ids,
+            batch.completion_mask,
+            min_new_tokens=4,
+        )
     finally:
         with torch.no_grad():
             policy.model.lm_head.weight[policy.eos_id] -= 5.0

@@ -26,8 +26,7 @@ from llamarl.training.sft import starting_policy
 from tests.factories import rollout_group
 
 EOS = 2
-MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
-         "max_position_embeddings": 32}  # fmt: skip
+MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32, "max_position_embeddings": 32}
 
 
 def _scored(tokens: list[list[int]], lengths: list[int], rewards: list[float]) -> ScoredGroup:
@@ -50,8 +49,12 @@ def test_the_filter_skips_groups_without_signal_up_to_its_cap_per_step() -> None
     signal = SignalFilter(enabled=True, max_skips=2)
     flat, mixed = np.array([1.0, 1.0]), np.array([1.0, 0.0])
     assert [signal.skips(r) for r in (flat, mixed, flat, flat, flat)] == [
-        True, False, True, False, False,  # the third group without signal: the cap is reached
-    ]  # fmt: skip
+        True,
+        False,
+        True,
+        False,
+        False,  # the third group without signal: the cap is reached
+    ]
     assert signal.step_done() == 2 and signal.num_skipped == 0
     assert signal.skips(flat), "each step may skip its own share again"
     off = SignalFilter(enabled=False, max_skips=10)
@@ -97,8 +100,7 @@ def test_shaping_changes_the_rewards_or_the_loss_mask_never_both() -> None:
 def test_a_dropped_completion_is_out_of_the_loss_and_out_of_the_row_count() -> None:
     """Sequence mean over the completions the loss takes in, each with the advantage its whole
     group gives it (the dropped reward still enters the baseline)."""
-    config = parse_config({"model": MODEL, "trainer": {"sft_steps": 0},
-                           "algorithm": {"aggregation": "sequence_mean"}})  # fmt: skip
+    config = parse_config({"model": MODEL, "trainer": {"sft_steps": 0}, "algorithm": {"aggregation": "sequence_mean"}})
     policy = starting_policy(config, make_prompt_set(config.task, config.seed))
     learner = Learner(policy, config.algorithm, config.trainer, temperature=1.0)
     scored = _scored([[5, 6, 7, 8], [5, 6, 7, EOS], [5, EOS, 0, 0]], [4, 4, 2], [1.0, 0.0, 0.5])
@@ -107,16 +109,24 @@ def test_a_dropped_completion_is_out_of_the_loss_and_out_of_the_row_count() -> N
     kept = slice(1, 3)
     prompts = group.prompt_ids[None].repeat(2, 1)
     with torch.no_grad():
-        logp, _ = token_logprobs(policy, prompts, torch.ones_like(prompts),
-                                 group.completion_ids[kept], group.completion_mask[kept])  # fmt: skip
-        expected = policy_loss("aipo", logp, group.behaviour_logprobs[kept], advantages[kept],
-                               group.completion_mask[kept], rho=config.algorithm.rho,
-                               aggregation="sequence_mean").loss  # fmt: skip
+        logp, _ = token_logprobs(
+            policy, prompts, torch.ones_like(prompts), group.completion_ids[kept], group.completion_mask[kept]
+        )
+        expected = policy_loss(
+            "aipo",
+            logp,
+            group.behaviour_logprobs[kept],
+            advantages[kept],
+            group.completion_mask[kept],
+            rho=config.algorithm.rho,
+            aggregation="sequence_mean",
+        ).loss
     record = learner.step([group])
     assert record["loss"] == pytest.approx(float(expected), abs=1e-5)
     assert record["num_tokens"] == 6, "the dropped completion's 4 tokens are not trained"
-    nothing = train_group(_scored([[5, 6, 7, 8]] * 3, [4, 4, 4], [1.0, 0.0, 0.0]),
-                          OverlongShaping("drop", 4, EOS, 0.5, 1.0))  # fmt: skip
+    nothing = train_group(
+        _scored([[5, 6, 7, 8]] * 3, [4, 4, 4], [1.0, 0.0, 0.0]), OverlongShaping("drop", 4, EOS, 0.5, 1.0)
+    )
     assert nothing.width == 1, "a group with nothing in the loss still stacks"
     assert np.isfinite(learner.step([nothing, group])["loss"])
 
@@ -126,14 +136,11 @@ def test_a_dropped_completion_is_out_of_the_loss_and_out_of_the_row_count() -> N
     [
         ({"overlong_band": 0}, "sampling.overlong_band: Input should be greater than 0"),
         ({"overlong_band": 1.5}, "sampling.overlong_band: Input should be less than or equal to 1"),
-        ({"max_draws_factor": 1}, "sampling.max_draws_factor: Input should be greater than or "
-                                  "equal to 2"),
+        ({"max_draws_factor": 1}, "sampling.max_draws_factor: Input should be greater than or equal to 2"),
         ({"overlong": "cut"}, "sampling.overlong: Input should be 'off', 'penalty' or 'drop'"),
     ],
-)  # fmt: skip
-def test_bad_sampling_values_are_refused_in_one_line(
-    sampling: dict[str, object], line: str
-) -> None:
+)
+def test_bad_sampling_values_are_refused_in_one_line(sampling: dict[str, object], line: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config({"sampling": sampling}, environ={})
     assert str(caught.value) == line
@@ -141,14 +148,16 @@ def test_bad_sampling_values_are_refused_in_one_line(
 
 def test_overlong_shaping_with_every_completion_truncated_is_refused() -> None:
     with pytest.raises(ConfigError) as caught:
-        parse_config({"generation": {"max_new_tokens": 6, "min_new_tokens": 6},
-                      "sampling": {"overlong": "drop"}}, environ={})  # fmt: skip
+        parse_config(
+            {"generation": {"max_new_tokens": 6, "min_new_tokens": 6}, "sampling": {"overlong": "drop"}}, environ={}
+        )
     assert str(caught.value) == (
         "sampling.overlong, generation.min_new_tokens: with EOS banned for all 6 tokens every "
         "completion is truncated, so overlong shaping would treat them all alike"
     )
-    assert parse_config({"generation": {"max_new_tokens": 6, "min_new_tokens": 5},
-                         "sampling": {"overlong": "drop"}}, environ={}).sampling  # fmt: skip
+    assert parse_config(
+        {"generation": {"max_new_tokens": 6, "min_new_tokens": 5}, "sampling": {"overlong": "drop"}}, environ={}
+    ).sampling
 
 
 def test_config_check_refuses_a_band_outside_0_1_with_exit_2(

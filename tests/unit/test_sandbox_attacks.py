@@ -89,9 +89,7 @@ print(libc.mq_open(b"/llamarl-probe", os.O_RDWR), ctypes.get_errno())
 def test_keys_neither_persist_nor_reach_the_workers_keyring() -> None:
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     secret = b"the launch codes"
-    key = libc.syscall(
-        SYS_ADD_KEY, b"user", b"llamarl-test", secret, len(secret), KEY_SPEC_SESSION_KEYRING
-    )
+    key = libc.syscall(SYS_ADD_KEY, b"user", b"llamarl-test", secret, len(secret), KEY_SPEC_SESSION_KEYRING)
     assert key > 0, ctypes.get_errno()
     try:
         add = (
@@ -190,9 +188,7 @@ def test_a_call_never_raises(runner: PythonRunner, monkeypatch: pytest.MonkeyPat
         raise RecursionError("maximum recursion depth exceeded")
 
     monkeypatch.setattr("llamarl.tools.python_runner.run_sandboxed", broken)
-    assert runner.call("print(1)") == (
-        "error: the sandbox failed (RecursionError: maximum recursion depth exceeded)"
-    )
+    assert runner.call("print(1)") == ("error: the sandbox failed (RecursionError: maximum recursion depth exceeded)")
 
 
 def test_the_tool_refuses_to_start_without_cgroups() -> None:

@@ -24,21 +24,39 @@ LENGTH = 10
 FIXED = Lengths(longest=LENGTH, median=LENGTH)
 
 
-def costs(decode_s: float, train_s: float, score_s: float = 0.01, stage_s: float = 0.02,
-          pull_s: float = 0.03, corun: float = 1.0) -> Costs:  # fmt: skip
+def costs(
+    decode_s: float,
+    train_s: float,
+    score_s: float = 0.01,
+    stage_s: float = 0.02,
+    pull_s: float = 0.03,
+    corun: float = 1.0,
+) -> Costs:
     """Durations that do not depend on the batch or the tokens: each phase takes a fixed time."""
-    at = ThreadCosts(
-        decode_s=decode_s, decode_s_per_seq=0.0, train_s=train_s, train_s_per_token=0.0
+    at = ThreadCosts(decode_s=decode_s, decode_s_per_seq=0.0, train_s=train_s, train_s_per_token=0.0)
+    return Costs(
+        threads={1: at, 2: at},
+        score_s_per_group=score_s,
+        stage_s=stage_s,
+        pull_s=pull_s,
+        prompt_tokens=5.0,
+        corun_slowdown={"generate": corun, "train": corun},
+        cores=8,
     )
-    return Costs(threads={1: at, 2: at}, score_s_per_group=score_s, stage_s=stage_s,
-                 pull_s=pull_s, prompt_tokens=5.0,
-                 corun_slowdown={"generate": corun, "train": corun}, cores=8)  # fmt: skip
 
 
 def layout(max_staleness: int = 1, generators: int = 1, cores: int = 8) -> Layout:
-    return Layout(cores=cores, num_generators=generators, generator_threads=1,
-                  trainer_threads=1, num_reward=1, max_staleness=max_staleness,
-                  prompts_per_step=4, prompts_per_batch=2, num_samples=8)  # fmt: skip
+    return Layout(
+        cores=cores,
+        num_generators=generators,
+        generator_threads=1,
+        trainer_threads=1,
+        num_reward=1,
+        max_staleness=max_staleness,
+        prompts_per_step=4,
+        prompts_per_batch=2,
+        num_samples=8,
+    )
 
 
 def test_a_sync_step_is_generation_plus_scoring_plus_training() -> None:
@@ -50,9 +68,7 @@ def test_a_sync_step_is_generation_plus_scoring_plus_training() -> None:
 
 
 @pytest.mark.parametrize(("decode_s", "train_s"), [(0.05, 0.3), (0.01, 0.7)])
-def test_an_async_step_is_the_slower_role_plus_its_weight_sync(
-    decode_s: float, train_s: float
-) -> None:
+def test_an_async_step_is_the_slower_role_plus_its_weight_sync(decode_s: float, train_s: float) -> None:
     cost = costs(decode_s=decode_s, train_s=train_s)
     predicted = simulate_async(layout(), cost, FIXED, steps=40)
     generator = 2 * LENGTH * decode_s + cost.pull_s  # two batches, one new version a step
@@ -99,8 +115,7 @@ def test_busy_processes_beyond_the_cores_share_them() -> None:
 
 
 def test_the_profile_solves_its_cost_lines_through_two_timed_sizes() -> None:
-    truth = ThreadCosts(decode_s=0.002, decode_s_per_seq=0.0005, train_s=0.1,
-                        train_s_per_token=0.001)  # fmt: skip
+    truth = ThreadCosts(decode_s=0.002, decode_s_per_seq=0.0005, train_s=0.1, train_s_per_token=0.001)
     decode = line((8, 16), (truth.generate_s(8, 1), truth.generate_s(16, 1)))
     assert decode == pytest.approx((truth.decode_s, truth.decode_s_per_seq))
     train = line((200, 400), (truth.step_train_s(200), truth.step_train_s(400)))
@@ -122,10 +137,12 @@ def test_sim_refuses_a_missing_or_malformed_profile_in_one_line(
     from workers.cli import main
 
     tiny = str(Path(__file__).parents[2] / "configs" / "tiny.yaml")
-    for args, message in (([tiny], "--profile: give the file"),
-                          ([tiny, "--profile", tiny], "not a profile"),
-                          ([], "give a run config"),
-                          ([tiny, "--paper"], "--paper takes no config")):  # fmt: skip
+    for args, message in (
+        ([tiny], "--profile: give the file"),
+        ([tiny, "--profile", tiny], "not a profile"),
+        ([], "give a run config"),
+        ([tiny, "--paper"], "--paper takes no config"),
+    ):
         assert main(["sim", *args]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
@@ -138,14 +155,10 @@ def test_a_saved_profile_loads_back_and_predicts_both_modes(tmp_path: Path) -> N
     assert loaded == cost
     result = predict(layout(), loaded, FIXED, steps=30)
     assert result["sync"]["s_per_step"] > result["async"]["s_per_step"] > 0
-    assert result["speedup"] == pytest.approx(
-        result["sync"]["s_per_step"] / result["async"]["s_per_step"], rel=1e-2
-    )
+    assert result["speedup"] == pytest.approx(result["sync"]["s_per_step"] / result["async"]["s_per_step"], rel=1e-2)
 
 
-def test_oversubscribed_cores_cost_the_measured_extra_and_durations_vary_around_their_mean() -> (
-    None
-):
+def test_oversubscribed_cores_cost_the_measured_extra_and_durations_vary_around_their_mean() -> None:
     cpu = Cpu(cores=1, corun_slowdown={}, oversubscribed_slowdown=1.2)
     finished: list[float] = []
     for name in ("a", "b"):
@@ -163,9 +176,12 @@ def test_oversubscribed_cores_cost_the_measured_extra_and_durations_vary_around_
 
 
 def test_the_simulated_layout_splits_spare_cores_by_the_profiled_work_share() -> None:
-    config = parse_config({"generation": {"num_samples": 8, "max_new_tokens": 10,
-                                          "prompts_per_batch": 2},
-                           "trainer": {"prompts_per_step": 4}})  # fmt: skip
+    config = parse_config(
+        {
+            "generation": {"num_samples": 8, "max_new_tokens": 10, "prompts_per_batch": 2},
+            "trainer": {"prompts_per_step": 4},
+        }
+    )
     # Generation: 2 batches x 10 positions x 0.01 s = 0.2 s; training 0.6 s: a 0.75 share.
     cost = costs(decode_s=0.01, train_s=0.6)
     assert trainer_share(config, cost) == pytest.approx(0.75)
@@ -180,17 +196,18 @@ def test_the_sweep_recommends_the_cheapest_of_the_layouts_tied_with_the_fastest(
     lowest staleness bound that keeps the speed (0 makes the roles take turns)."""
     cost = costs(decode_s=0.05, train_s=0.2, stage_s=0.0, pull_s=0.0)
     result = sweep(layout(cores=2), cost, FIXED, steps=60, cores=2)
-    rows = {(r["num_generators"], r["max_staleness"]): r["s_per_step"] for r in result["layouts"]
-            if (r["trainer_threads"], r["generator_threads"], r["colocated"]) == (1, 1, False)}  # fmt: skip
+    rows = {
+        (r["num_generators"], r["max_staleness"]): r["s_per_step"]
+        for r in result["layouts"]
+        if (r["trainer_threads"], r["generator_threads"], r["colocated"]) == (1, 1, False)
+    }
     one, two, three = rows[(1, 1)], rows[(2, 1)], rows[(3, 1)]
     assert one == pytest.approx(2 * LENGTH * 0.05, rel=0.01), "one generator: its batches"
     assert two < one * 0.8 and three == pytest.approx(two, rel=result["tie"])
     assert rows[(2, 0)] > two * (1 + result["tie"]), "no lag: the roles take turns"
     best = result["best"]
     assert (best["num_generators"], best["max_staleness"]) == (2, 1)
-    assert result["best_speedup"] == pytest.approx(
-        result["sync_s_per_step"] / best["s_per_step"], rel=1e-3
-    )
+    assert result["best_speedup"] == pytest.approx(result["sync_s_per_step"] / best["s_per_step"], rel=1e-3)
 
 
 def test_paper_mode_steps_are_their_phases_and_the_speedup_grows_with_scale(
@@ -216,9 +233,7 @@ def test_paper_mode_steps_are_their_phases_and_the_speedup_grows_with_scale(
         positions = paper.ASSUMED["completion_tokens"]
         generate = {t: cost.at(t).decode_s * positions for t in (1, 2)}
         train = {t: cost.at(t).train_s_per_token * tokens for t in (1, 2)}
-        assert row["sync_s_per_step"] == pytest.approx(
-            generate[2] + train[2] + cost.handover_s, abs=0.01
-        )
+        assert row["sync_s_per_step"] == pytest.approx(generate[2] + train[2] + cost.handover_s, abs=0.01)
         assert row["async_s_per_step"] == pytest.approx(
             max(generate[1] + cost.pull_s, train[1] + cost.stage_s), abs=0.01
         )
@@ -233,11 +248,23 @@ def test_paper_mode_steps_are_their_phases_and_the_speedup_grows_with_scale(
 
 def test_a_tie_goes_to_fewer_processes_then_threads_then_less_staleness() -> None:
     def row(generators: int, threads: int, staleness: int, s_per_step: float) -> dict[str, float]:
-        return {"num_generators": generators, "generator_threads": threads, "colocated": False,
-                "trainer_threads": 1, "max_staleness": staleness, "s_per_step": s_per_step}  # fmt: skip
+        return {
+            "num_generators": generators,
+            "generator_threads": threads,
+            "colocated": False,
+            "trainer_threads": 1,
+            "max_staleness": staleness,
+            "s_per_step": s_per_step,
+        }
 
-    rows = [row(3, 1, 2, 0.600), row(2, 2, 1, 0.608), row(2, 1, 4, 0.612), row(2, 1, 2, 0.615),
-            row(2, 1, 0, 0.700), row(1, 1, 1, 0.900)]  # fmt: skip
+    rows = [
+        row(3, 1, 2, 0.600),
+        row(2, 2, 1, 0.608),
+        row(2, 1, 4, 0.612),
+        row(2, 1, 2, 0.615),
+        row(2, 1, 0, 0.700),
+        row(1, 1, 1, 0.900),
+    ]
     assert recommend(rows, tie=0.03) == rows[3], "2 x 1 thread, the lower bound of the ties"
     assert recommend(rows, tie=0.015) == rows[1], "2.5% slower is no longer a tie"
     assert recommend(rows, tie=0.0) == rows[0], "no tolerance: the fastest"
@@ -247,15 +274,11 @@ def test_a_colocated_step_is_the_sync_step_plus_staging_and_pulling_its_version(
     cost = dataclasses.replace(costs(decode_s=0.01, train_s=0.5), sync_generate_slowdown=1.5)
     colocated = simulate_sync(dataclasses.replace(layout(), colocated=True), cost, FIXED, 20)
     # Its generator is a process of its own: no sync-process slowdown on decoding.
-    assert colocated.s_per_step == pytest.approx(
-        LENGTH * 0.01 + 4 * 0.01 + 0.5 + cost.stage_s + cost.pull_s
-    )
+    assert colocated.s_per_step == pytest.approx(LENGTH * 0.01 + 4 * 0.01 + 0.5 + cost.stage_s + cost.pull_s)
     assert colocated.mode == "colocated"
 
 
-def test_a_running_batch_frees_a_place_per_n_ended_rows_and_ends_a_group_with_its_last_row() -> (
-    None
-):
+def test_a_running_batch_frees_a_place_per_n_ended_rows_and_ends_a_group_with_its_last_row() -> None:
     batch = RunningBatch(num_samples=2)
     batch.admit(ticket=0, version=0, lengths=[1, 3])
     batch.admit(ticket=1, version=0, lengths=[1, 2])
@@ -286,8 +309,7 @@ def test_continuous_batching_refills_the_places_short_completions_free() -> None
     cost = dataclasses.replace(costs(0.01, 0.01), threads={1: at, 2: at})
     tail = Lengths(longest=40, median=40, observed=(2, 2, 2, 40))
     static = simulate_async(layout(max_staleness=2), cost, tail, steps=40)
-    running = simulate_async(dataclasses.replace(layout(max_staleness=2), continuous=True), cost,
-                             tail, steps=40)  # fmt: skip
+    running = simulate_async(dataclasses.replace(layout(max_staleness=2), continuous=True), cost, tail, steps=40)
     assert running.s_per_step < 0.8 * static.s_per_step
     assert max(running.staleness) <= 2
     assert sum(running.staleness.values()) == 40 * 4
@@ -310,8 +332,9 @@ def test_the_sweep_gives_a_training_heavy_config_every_core_for_training() -> No
     and is predicted within 3% of sync."""
     one = ThreadCosts(decode_s=0.002, decode_s_per_seq=0.0, train_s=1.0, train_s_per_token=0.0)
     two = ThreadCosts(decode_s=0.0012, decode_s_per_seq=0.0, train_s=0.52, train_s_per_token=0.0)
-    cost = dataclasses.replace(costs(0.0, 0.0, stage_s=0.001, pull_s=0.001, corun=1.1),
-                               threads={1: one, 2: two}, oversubscribed_slowdown=1.2)  # fmt: skip
+    cost = dataclasses.replace(
+        costs(0.0, 0.0, stage_s=0.001, pull_s=0.001, corun=1.1), threads={1: one, 2: two}, oversubscribed_slowdown=1.2
+    )
     result = sweep(layout(cores=2), cost, FIXED, steps=40, cores=2, max_staleness=1)
     rows = result["layouts"]
     one_thread = [r["s_per_step"] for r in rows if r["trainer_threads"] == 1]

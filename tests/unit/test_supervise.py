@@ -23,8 +23,7 @@ time.sleep(600)
 """
 SLEEPER = "import subprocess, sys, time; subprocess.Popen(['sleep', '600']); time.sleep(600)"
 IGNORES_TERM = (
-    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', "
-    "flush=True); time.sleep(600)"
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"
 )
 
 

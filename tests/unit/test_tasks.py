@@ -90,9 +90,12 @@ def test_prompt_template_words_arithmetic_and_file_prompts(tmp_path: Path) -> No
 
 @pytest.mark.parametrize(
     ("template", "error"),
-    [("{a} plus {c}", "offer {a} and {b}, not {c}"), ("{} + {}", "is not a field name"),
-     ("{a + {b}", "not a format string: unexpected '{'")],
-)  # fmt: skip
+    [
+        ("{a} plus {c}", "offer {a} and {b}, not {c}"),
+        ("{} + {}", "is not a field name"),
+        ("{a + {b}", "not a format string: unexpected '{'"),
+    ],
+)
 def test_bad_arithmetic_prompt_templates_are_refused(template: str, error: str) -> None:
     with pytest.raises(ValueError, match=re.escape(error)):
         TaskConfig(prompt_template=template)

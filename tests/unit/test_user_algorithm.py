@@ -41,9 +41,7 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         ("reinforce", "token"),
     ],
 )
-def test_every_built_in_loss_meets_the_contract_a_user_loss_is_held_to(
-    loss: str, level: str
-) -> None:
+def test_every_built_in_loss_meets_the_contract_a_user_loss_is_held_to(loss: str, level: str) -> None:
     algorithm = AlgorithmConfig(loss=loss, ratio_level=level)
     logp, behaviour, advantages, mask = _batch()
     returned = LOSSES[loss](**loss_inputs(algorithm, logp, behaviour, advantages, mask))
@@ -60,12 +58,8 @@ def test_the_example_cispo_is_reinforce_on_policy_and_bounds_its_weight_off_poli
     logp, behaviour, advantages, mask = _batch()
     options = {"entropy_coef": 0.1, "mis_high": 1.4}  # applied to a user's loss as to ours
     entropy = torch.full_like(logp, 0.5)
-    on_policy = policy_loss(
-        CISPO, logp, logp.detach(), advantages, mask, entropy=entropy, **options
-    )
-    reinforce = policy_loss(
-        "reinforce", logp, logp.detach(), advantages, mask, entropy=entropy, **options
-    )
+    on_policy = policy_loss(CISPO, logp, logp.detach(), advantages, mask, entropy=entropy, **options)
+    reinforce = policy_loss("reinforce", logp, logp.detach(), advantages, mask, entropy=entropy, **options)
     assert on_policy.loss.item() == pytest.approx(reinforce.loss.item())
     algorithm = AlgorithmConfig(loss=CISPO, clip_high=1.25)
     per_token, clipped = cispo(**loss_inputs(algorithm, logp, behaviour, advantages, mask))
@@ -100,9 +94,7 @@ def test_the_example_advantage_centres_on_the_group_and_scales_by_the_steps_std(
         ("advantage", "tests.user_losses:signs", "of dtype torch.int64, not floating point"),
     ],
 )
-def test_a_user_function_that_fails_its_check_is_one_line_naming_the_field(
-    field: str, spec: str, says: str
-) -> None:
+def test_a_user_function_that_fails_its_check_is_one_line_naming_the_field(field: str, spec: str, says: str) -> None:
     with pytest.raises(ConfigError) as refused:
         check_user_functions(AlgorithmConfig.model_validate({field: spec}))
     message = str(refused.value)

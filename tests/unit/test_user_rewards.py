@@ -36,9 +36,7 @@ MODEL = {
 }
 
 
-def _task(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, source: str, **fields: Any
-) -> Any:
+def _task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, source: str, **fields: Any) -> Any:
     """A task config whose reward is `module:reward`, `source` written to tmp_path/module.py."""
     (tmp_path / f"{module}.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -80,10 +78,11 @@ def test_a_reward_reading_a_row_field_and_returning_components_is_scored_and_log
     ]
 
 
-def test_components_are_logged_in_a_runs_metrics(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    source = "def reward(completion, answer, row):\n    return {'sum_known': float(row['a'] + row['b'] == int(answer)), 'zero': 0.0}\n"
+def test_components_are_logged_in_a_runs_metrics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = (
+        "def reward(completion, answer, row):\n"
+        "    return {'sum_known': float(row['a'] + row['b'] == int(answer)), 'zero': 0.0}\n"
+    )
     task = _task(tmp_path, monkeypatch, "run_reward", source)
     config = parse_config(
         {
@@ -109,11 +108,7 @@ def test_a_slow_reward_is_cut_at_its_timeout_and_counted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_thread: bool
 ) -> None:
     source = (
-        "import time\n"
-        "def reward(completion):\n"
-        "    if completion == 'slow':\n"
-        "        time.sleep(30)\n"
-        "    return 1.0\n"
+        "import time\ndef reward(completion):\n    if completion == 'slow':\n        time.sleep(30)\n    return 1.0\n"
     )
     task = _task(tmp_path, monkeypatch, f"slow_reward_{in_thread}", source, reward_timeout_s=0.3)
     seen, on_problem = _problems()
@@ -151,9 +146,7 @@ def test_an_async_reward_is_awaited_at_once_and_cut_at_its_timeout(
     assert [reason for reason, _ in seen] == ["reward_timeout"]
 
 
-def test_a_batched_reward_gets_lists_and_a_wrong_answer_counts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_batched_reward_gets_lists_and_a_wrong_answer_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source = (
         "CALLS = []\n"
         "def reward(completion, answer):\n"
@@ -189,9 +182,7 @@ def test_a_reward_returning_nonsense_scores_zero_and_is_counted_and_refused_befo
     assert "task.reward string_reward:reward returned a str, not a number for " in line
 
 
-def test_a_reward_naming_no_argument_it_could_get_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_reward_naming_no_argument_it_could_get_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     task = _task(tmp_path, monkeypatch, "odd_reward", "def reward(text):\n    return 1.0\n")
     with pytest.raises(ConfigError, match="takes none of completion, answer, prompt, row, turns"):
         UserReward(task)

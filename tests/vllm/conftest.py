@@ -14,18 +14,14 @@ from llamarl.engine.model import build_policy, save_policy
 
 REPO = Path(__file__).resolve().parents[2]
 SMOLLM2 = REPO / "models" / "smollm2-135m"
-SMALL_MODEL = ModelConfig(
-    hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128, max_position_embeddings=64
-)
+SMALL_MODEL = ModelConfig(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128, max_position_embeddings=64)
 """The built character model's shape, big enough for vLLM's CPU attention (head size 32)."""
 
 
 @pytest.fixture(scope="session")
 def smollm2() -> Path:
     if not (SMOLLM2 / "config.json").exists():
-        pytest.fail(
-            f"{SMOLLM2} is missing: run `bash scripts/import_smollm2.sh` (make test-vllm does)"
-        )
+        pytest.fail(f"{SMOLLM2} is missing: run `bash scripts/import_smollm2.sh` (make test-vllm does)")
     return SMOLLM2
 
 

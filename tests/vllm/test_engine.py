@@ -25,10 +25,7 @@ from llamarl.tasks import Example
 from llamarl.weightsync import make_publisher, make_receiver
 from tests import user_agents
 
-QUESTIONS = [
-    f"What is {a} plus {b}? Answer with the number."
-    for a, b in zip(range(3, 35), range(40, 72), strict=True)
-]
+QUESTIONS = [f"What is {a} plus {b}? Answer with the number." for a, b in zip(range(3, 35), range(40, 72), strict=True)]
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +56,7 @@ def perturbed(policy: Policy, seed: int, scale: float = 0.05) -> Policy:
 
 
 def completions(batch: SampleBatch) -> list[list[int]]:
-    return [
-        ids[mask.bool()].tolist()
-        for ids, mask in zip(batch.completion_ids, batch.completion_mask, strict=True)
-    ]
+    return [ids[mask.bool()].tolist() for ids, mask in zip(batch.completion_ids, batch.completion_mask, strict=True)]
 
 
 def decode_all(batch: VllmBatch, version: int, steps: int | None = None) -> list[FinishedGroup]:
@@ -115,9 +109,7 @@ def test_a_published_version_is_what_vllm_samples_with(policy: Policy, engine: V
     assert changed >= len(prompts) // 2, f"only {changed} of 32 changed with the new version"
 
 
-def test_behaviour_logprobs_are_the_trainers_recomputation(
-    policy: Policy, engine: VllmEngine
-) -> None:
+def test_behaviour_logprobs_are_the_trainers_recomputation(policy: Policy, engine: VllmEngine) -> None:
     prompts = [policy.encode_prompt(q) for q in QUESTIONS[:8]]
     sampler = Sampler(4, 16, 4, temperature=0.7, generator=torch.Generator().manual_seed(0))
     batch = VllmBatch(engine, sampler, policy.pad_id)
@@ -134,9 +126,7 @@ def test_behaviour_logprobs_are_the_trainers_recomputation(
     assert float(gap.mean()) < 1e-3, f"mean |Δ log-prob| {float(gap.mean()):.2e}"
 
 
-def test_top_p_log_probs_are_of_the_truncated_distribution(
-    policy: Policy, engine: VllmEngine
-) -> None:
+def test_top_p_log_probs_are_of_the_truncated_distribution(policy: Policy, engine: VllmEngine) -> None:
     prompts = [policy.encode_prompt(q) for q in QUESTIONS[:4]]
     sampled = engine.sample(
         policy,
@@ -161,9 +151,7 @@ def test_top_p_log_probs_are_of_the_truncated_distribution(
     assert float(gap.mean()) < 1e-3, f"mean |Δ log-prob| {float(gap.mean()):.2e}"
 
 
-def test_a_version_taken_up_mid_sequence_samples_the_rest(
-    policy: Policy, engine: VllmEngine
-) -> None:
+def test_a_version_taken_up_mid_sequence_samples_the_rest(policy: Policy, engine: VllmEngine) -> None:
     """In-flight update: tokens after the load are tagged with the new version and are drawn
     from it alone; every cached key and value was recomputed with the new weights."""
     prompts = [policy.encode_prompt(q) for q in QUESTIONS[:4]]
@@ -193,18 +181,14 @@ def test_seeded_sampling_repeats(policy: Policy, engine: VllmEngine) -> None:
 
     def draw(seed: int) -> list[list[int]]:
         generator = torch.Generator().manual_seed(seed)
-        return completions(
-            engine.sample(policy, prompts, num_samples=4, max_new_tokens=12, generator=generator)
-        )
+        return completions(engine.sample(policy, prompts, num_samples=4, max_new_tokens=12, generator=generator))
 
     first = draw(5)
     assert draw(5) == first
     assert draw(6) != first
 
 
-def test_an_agent_over_the_endpoint_records_what_vllm_sampled(
-    policy: Policy, engine: VllmEngine
-) -> None:
+def test_an_agent_over_the_endpoint_records_what_vllm_sampled(policy: Policy, engine: VllmEngine) -> None:
     """A three-turn chat agent (`tests.user_agents:three_turns`, the official `openai` client
     over real HTTP) on SmolLM2's chat template, sampled by vLLM: the recorded model tokens are
     the ones each answer carried, and between them only the template's user turns."""

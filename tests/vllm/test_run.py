@@ -35,9 +35,7 @@ def _config(tmp_path: Path, run_id: str, model_dir: Path, **sections: dict) -> P
     )
 
 
-def test_a_killed_vllm_generator_has_its_tickets_reissued(
-    tmp_path: Path, small_model_dir: Path
-) -> None:
+def test_a_killed_vllm_generator_has_its_tickets_reissued(tmp_path: Path, small_model_dir: Path) -> None:
     config = _config(
         tmp_path,
         "vllm-kill",
@@ -84,9 +82,7 @@ def test_a_sync_run_takes_up_every_version(tmp_path: Path, small_model_dir: Path
     assert all(r["mismatch_abs_max"] >= r["mismatch_abs_mean"] for r in records)
 
 
-def test_an_engine_config_vllm_cannot_serve_is_one_line(
-    tmp_path: Path, small_model_dir: Path
-) -> None:
+def test_an_engine_config_vllm_cannot_serve_is_one_line(tmp_path: Path, small_model_dir: Path) -> None:
     config = _config(tmp_path, "vllm-bad", small_model_dir)
     done = subprocess.run(
         [
@@ -104,6 +100,5 @@ def test_an_engine_config_vllm_cannot_serve_is_one_line(
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2, done.stderr[-2000:]
     assert lines == [
-        "config error: generation.vllm.tensor_parallel_size: 2 needs CUDA GPUs; set it to 1 "
-        "with generation.device: cpu"
+        "config error: generation.vllm.tensor_parallel_size: 2 needs CUDA GPUs; set it to 1 with generation.device: cpu"
     ]

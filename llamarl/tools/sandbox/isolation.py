@@ -68,9 +68,7 @@ def steps(plan: Plan) -> dict[str, Callable[[], None]]:
     c = libc()
     return {
         "a cgroup per call": lambda: _join(plan.join_paths),
-        "unshare (mount, pid, network, IPC and UTS namespaces)": lambda: _check(
-            c.unshare(NAMESPACES)
-        ),
+        "unshare (mount, pid, network, IPC and UTS namespaces)": lambda: _check(c.unshare(NAMESPACES)),
         "read-only bind mounts and a tmpfs /work": lambda: _mount_root(c, plan),
         "chroot": lambda: _enter_root(plan.root),
         "resource limits": lambda: _set_limits(plan.limits),
@@ -113,10 +111,7 @@ def _mount_root(c: ctypes.CDLL, plan: Plan) -> None:
     for path in plan.read_only:
         mount(path, plan.root + path, MS_BIND)
     limits = plan.limits
-    options = (
-        f"size={limits.work_bytes},nr_inodes={limits.work_files},mode=0700,"
-        f"uid={NOBODY},gid={NOBODY}"
-    )
+    options = f"size={limits.work_bytes},nr_inodes={limits.work_files},mode=0700,uid={NOBODY},gid={NOBODY}"
     work = plan.root + b"/work"
     mount(b"tmpfs", work, MS_NOSUID | MS_NODEV, b"tmpfs", options.encode())
     main = os.open(work + b"/main.py", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -71,9 +71,7 @@ os._exit(os.waitstatus_to_exitcode(status) & 255)
 def run_sandboxed(code: str, limits: SandboxLimits) -> SandboxResult:
     """Run `code` as `/work/main.py` in the sandbox; raises SandboxError if it cannot be built."""
     if sys.platform != "linux" or os.geteuid() != 0:
-        raise SandboxError(
-            "the sandbox", f"needs root on Linux, not uid {os.geteuid()} on {sys.platform}"
-        )
+        raise SandboxError("the sandbox", f"needs root on Linux, not uid {os.geteuid()} on {sys.platform}")
     libc()
     cgroups = _host_cgroups()
     run_filter()  # built here: the child only loads it

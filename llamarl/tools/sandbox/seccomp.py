@@ -50,9 +50,7 @@ def _library() -> Any:
     try:
         import pyseccomp
     except (ImportError, OSError) as exc:  # the wheel, or the C library it binds, is missing
-        raise SandboxError(
-            "the seccomp filter", f"{exc}: install libseccomp2 and `pip install pyseccomp`"
-        ) from None
+        raise SandboxError("the seccomp filter", f"{exc}: install libseccomp2 and `pip install pyseccomp`") from None
     return pyseccomp
 
 
@@ -74,8 +72,6 @@ def run_filter() -> pyseccomp.SyscallFilter:
             rules.add_rule(refuse, name)
     rules.add_rule(refuse, "socket", pyseccomp.Arg(0, pyseccomp.NE, socket.AF_UNIX))
     rules.add_rule(refuse, "socketpair", pyseccomp.Arg(0, pyseccomp.NE, socket.AF_UNIX))
-    rules.add_rule(
-        refuse, "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER)
-    )
+    rules.add_rule(refuse, "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
     rules.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
     return rules
