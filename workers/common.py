@@ -14,7 +14,7 @@ import torch
 
 from llamarl.config import RunConfig, apply_overrides, load_config, parse_config
 from llamarl.errors import ConfigError
-from llamarl.launch.cores import role_threads
+from llamarl.launch import allocator, cores
 from llamarl.observe.log import configure_logging
 from llamarl.observe.metrics_export import serve_metrics
 from llamarl.roles.base import RoleResult
@@ -40,8 +40,8 @@ def load_worker_config(role: str, args: argparse.Namespace) -> RunConfig:
     role's (a trainer's shared by its ranks). ConfigError when invalid, or a trainer won't fit."""
     apply_overrides(args.overrides)
     config = load_config(args.config) if args.config else parse_config({})
-    torch.set_num_threads(role_threads(config, role))
-    return trainer_memory(config) if role == "trainer" else config
+    torch.set_num_threads(cores.role_threads(config, role))
+    return trainer_memory(config, allocator.return_freed_memory) if role == "trainer" else config
 
 
 def run_worker(role: str, argv: list[str] | None, body: Callable[[RoleRuntime], RoleResult]) -> int:
@@ -55,7 +55,7 @@ def run_worker(role: str, argv: list[str] | None, body: Callable[[RoleRuntime], 
         runtime = connect(role, config, worker_id)
         runtime.register()
         if args.metrics_port is not None:
-            serve_metrics(runtime, args.metrics_port)
+            serve_metrics(runtime.gauges, runtime.identity(), args.metrics_port)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2

@@ -1,6 +1,7 @@
-"""The `llamarl` command: one module per command, each registering its own subcommand
-(`register(sub)`), and `main`, which runs one. The two that start processes, `run` and `worker`,
-are handed in by the entry point (`workers.cli`), so the library never reaches into `workers`.
+"""The `llamarl` command: one module of this package per command, each registering its own
+subcommand (`register(sub)`) and importing what it runs only when it runs, and `main`, which runs
+one. The two that start processes, `run` and `worker`, are handed in by the entry point
+(`workers.cli`), so the library never reaches into `workers`.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from llamarl.bench import command as bench
 from llamarl.commands import (
+    bench,
     config_check,
     evaluation,
     export,
@@ -20,11 +21,11 @@ from llamarl.commands import (
     plot,
     processes,
     sft,
+    sim,
 )
 from llamarl.commands.base import Command
 from llamarl.config import apply_overrides
 from llamarl.errors import ConfigError, ServiceStartError
-from llamarl.sim import command as sim
 
 COMMANDS = (sft, bench, sim, evaluation, export, plot, monitor, model, keys, config_check)
 """The library's commands, in the order `llamarl --help` lists them after run and worker."""

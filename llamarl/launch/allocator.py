@@ -15,8 +15,8 @@ and so does every trainer rank (workers/trainer.py).
 Lean (`return_freed_memory`). Memory freed inside the heap is reused but never returned, and a
 block torch's alignment cannot fit into a freed one grows the heap: an fsdp rank of the 0.5B bench
 model on two CPU ranks peaked at 10.2 GiB with glibc's default against 6.4 GiB lean. A trainer
-whose ranks' memory estimate is over KEEP_BELOW of the host's memory goes lean
-(`llamarl.training.memory_check.trainer_memory`).
+whose ranks' memory estimate is over a quarter of the host's memory goes lean
+(`llamarl.training.memory_check.trainer_memory`, which workers/common.py hands this function).
 """
 
 from __future__ import annotations
@@ -33,8 +33,6 @@ KEEP = ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 1024**3), (M_TOP_PAD, 64 * 1024**2))
 """No block from mmap; up to 1 GiB free at the heap's top kept; the heap grown 64 MiB at a time."""
 LEAN = ((M_MMAP_MAX, 65536), (M_MMAP_THRESHOLD, 1 << 20))
 """mmap allowed again (glibc's default count) for every block of 1 MiB or more."""
-KEEP_BELOW = 0.25
-"""A trainer keeps freed memory while its ranks' estimate is under this share of the host's."""
 
 
 def _mallopt() -> Callable[[int, int], int] | None:

@@ -4,13 +4,13 @@ Asynchronous RL wins by running roles side by side, so each role's speed at the 
 is what overlaps. `llamarl run` gives the trainer and the generators shares of
 `workers.num_cores` in proportion to their measured work: at launch it times one generation
 batch (a few decode steps, scaled to `max_new_tokens`) and one training step on that batch, at
-one thread each, and splits the cores by those times (at least one thread per process; reward
-workers run one thread each). When there is no choice to make (as many cores as trainer plus
-generators, or fewer) nothing is measured and every process gets one thread. Explicit
-`workers.trainer_threads` / `workers.generator_threads` override the split. When trainer and
-generators fit side by side, each is pinned to cores of its own (`workers.pin_cores`). The
-synchronous baseline runs every phase with all `num_cores` threads, so both modes use the same
-machine.
+one thread each, and splits the cores by those times (`llamarl.sim.predict.split_cores`, the rule
+the simulator predicts with: at least one thread per process; reward workers run one thread
+each). When there is no choice to make (as many cores as trainer plus generators, or fewer)
+nothing is measured and every process gets one thread. Explicit `workers.trainer_threads` /
+`workers.generator_threads` override the split. When trainer and generators fit side by side,
+each is pinned to cores of its own (`workers.pin_cores`). The synchronous baseline runs every
+phase with all `num_cores` threads, so both modes use the same machine.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llamarl.config import RunConfig, WorkersConfig
+from llamarl.sim.predict import split_cores
 
 PROBE_TOKENS = 4
 
@@ -68,13 +69,6 @@ def usable_cores() -> int:
 def set_affinity(pid: int, cores: list[int]) -> None:
     """Pin a process (and the threads it starts afterwards) to `cores`."""
     os.sched_setaffinity(pid, cores)
-
-
-def split_cores(num_cores: int, num_generators: int, trainer_share: float) -> tuple[int, int]:
-    """(trainer threads, threads per generator) for a measured trainer share of the work."""
-    trainer = round(num_cores * trainer_share)
-    trainer = max(1, min(trainer, num_cores - num_generators))
-    return trainer, max(1, (num_cores - trainer) // num_generators)
 
 
 def encoded_prompts(config: RunConfig, policy: Any, count: int) -> list[list[int]]:

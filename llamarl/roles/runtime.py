@@ -202,17 +202,21 @@ class RoleRuntime:
         fields = {"role": self.role, "pid": os.getpid(), "status": "running", "busy_s": round(self.timer.busy_s, 3)}
         return fields | {"idle_s": round(self.timer.idle_s, 3), **self.counters, **status}
 
+    def identity(self) -> dict[str, str]:
+        """Whose this runtime is: its run, role and worker id."""
+        return {"run_id": self.config.run_id, "role": self.role, "worker_id": self.worker_id}
+
+    def gauges(self) -> dict[str, float]:
+        """Busy, idle and bus seconds and every counter, as they are now: what a worker's
+        Prometheus export reads at each scrape and RUN_DIR/timers/ gets at the end."""
+        return {"busy_s": self.timer.busy_s, "idle_s": self.timer.idle_s, "bus_s": self.bus.busy_s, **self.counters}
+
     def write_timers(self) -> None:
         directory = Path(self.config.run_dir) / "timers"
         directory.mkdir(parents=True, exist_ok=True)
-        record = {
-            "role": self.role,
-            "busy_s": self.timer.busy_s,
-            "idle_s": self.timer.idle_s,
-            "bus_s": self.bus.busy_s,
-            "busy_spans": [[round(t, 3) for t in span] for span in self.timer.spans],
-        }
-        (directory / f"{self.worker_id}.json").write_text(json.dumps(record | self.counters))
+        spans = [[round(t, 3) for t in span] for span in self.timer.spans]
+        record = {"role": self.role, **self.gauges(), "busy_spans": spans}
+        (directory / f"{self.worker_id}.json").write_text(json.dumps(record))
 
     def close(self) -> None:
         """Write the timers, record the stop, close the bus (the store belongs to the caller)."""

@@ -1,5 +1,7 @@
 """What `llamarl sim` answers: the layout a config describes, its sync and async predictions, and
-the sweep over core splits and staleness bounds."""
+the sweep over core splits and staleness bounds. The split of the cores by training's share of the
+work (`split_cores`) is the launcher's too: `llamarl run` applies it to a share it measures
+(`llamarl.launch.cores`), the simulator to one from the profile."""
 
 from __future__ import annotations
 
@@ -8,11 +10,18 @@ from dataclasses import replace
 from typing import Any
 
 from llamarl.config import RunConfig
-from llamarl.launch.cores import split_cores
 from llamarl.sim.costs import Costs, Lengths
 from llamarl.sim.rl import Layout, Prediction, simulate_async, simulate_sync, speedup
 
 SWEEP_STALENESS = (0, 1, 2, 4)
+
+
+def split_cores(num_cores: int, num_generators: int, trainer_share: float) -> tuple[int, int]:
+    """(trainer threads, threads per generator) for a trainer share of the work: in proportion,
+    at least one thread a process."""
+    trainer = round(num_cores * trainer_share)
+    trainer = max(1, min(trainer, num_cores - num_generators))
+    return trainer, max(1, (num_cores - trainer) // num_generators)
 
 
 def trainer_share(config: RunConfig, costs: Costs) -> float:

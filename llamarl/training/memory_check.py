@@ -17,13 +17,13 @@ together).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from llamarl.config import LoraConfig, RunConfig
 from llamarl.errors import ConfigError
-from llamarl.launch.allocator import KEEP_BELOW, return_freed_memory
 from llamarl.training.memory import (
     GiB,
     ModelShape,
@@ -35,6 +35,8 @@ from llamarl.training.memory import (
 
 GENERATOR_BASELINE_BYTES = 400 << 20
 """A generator process before its model."""
+KEEP_BELOW = 0.25
+"""A trainer keeps freed memory while its ranks' estimate is under this share of the host's."""
 
 
 def completion_tokens(config: RunConfig) -> int:
@@ -213,14 +215,15 @@ def check_memory(config: RunConfig, generators: bool = True, shapes: Shapes | No
         raise ConfigError(f"trainer memory: {problem}; {fix(config, shapes, generators)}")
 
 
-def trainer_memory(config: RunConfig) -> RunConfig:
+def trainer_memory(config: RunConfig, go_lean: Callable[[], object]) -> RunConfig:
     """A trainer process's memory, set before its model is built: ConfigError when its ranks
     would not fit in this host's memory (generators are not counted: they may run elsewhere);
-    glibc lean when their estimate is over `allocator.KEEP_BELOW` of it (else it keeps freed
-    memory, as every llamarl process starts: `llamarl.launch.allocator`). The config, as it is."""
+    `go_lean()`, glibc's lean setting (`llamarl.launch.allocator.return_freed_memory`, handed in
+    by the process), when their estimate is over KEEP_BELOW of it (else it keeps freed memory, as
+    every llamarl process starts). The config, as it is."""
     shapes = Shapes()
     check_memory(config, generators=False, shapes=shapes)
     total, _, _ = host_need(config, shapes.of(config.model), generators=False)
     if total > KEEP_BELOW * host_memory()[0]:
-        return_freed_memory()
+        go_lean()
     return config

@@ -22,7 +22,7 @@ ROUNDS = 24
 PROGRAM = f"""
 import json, resource, sys
 from llamarl.config import parse_config
-from llamarl.launch.allocator import keep_freed_memory
+from llamarl.launch.allocator import keep_freed_memory, return_freed_memory
 from llamarl.training import memory_check
 from llamarl.training.memory import Shapes
 
@@ -33,7 +33,7 @@ if mode.startswith("trainer"):  # a tiny trainer on a host with ample memory, or
     need = memory_check.host_need(config, Shapes().of(config.model), generators=False)[0]
     limit = 100 * need if mode == "trainer-ample" else 2 * need
     memory_check.host_memory = lambda: (limit, "the test's host")
-    memory_check.trainer_memory(config)
+    memory_check.trainer_memory(config, return_freed_memory)
 import torch
 torch.set_num_threads(1)
 faults = []

@@ -1,6 +1,6 @@
 """The layering rules, checked on the source with `ast`: `workers -> brokers -> llamarl`, the core
 never imports a worker (by statement or by a module name in a string), no import cycle between
-modules, and each worker file only wires a process (under 80 lines).
+modules nor between llamarl's packages, and each worker file only wires a process (under 80 lines).
 
 Every import statement counts, wherever it is in the file (a function-local import is still a
 dependency); `import a.b` and `from a import b` point at module `a.b` when it exists, else at `a`.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,7 +105,12 @@ def test_core_and_brokers_never_import_workers() -> None:
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """One cycle (a -> ... -> a) through each strongly connected component (Tarjan's SCCs)."""
+    """One cycle (a -> ... -> a) through each strongly connected component."""
+    return [_cycle_in(graph, component) for component in _components(graph)]
+
+
+def _components(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node, each sorted (Tarjan's SCCs)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -135,7 +141,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     for node in sorted(graph):
         if node not in index:
             connect(node)
-    return [_cycle_in(graph, component) for component in components]
+    return components
 
 
 def _cycle_in(graph: dict[str, set[str]], component: list[str]) -> list[str]:
@@ -163,6 +169,49 @@ def test_cycle_finder_reports_a_cycle() -> None:
 def test_no_import_cycle_between_modules() -> None:
     cycles = [" -> ".join(cycle) for cycle in _cycles(_graph())]
     assert cycles == [], "import cycles:\n" + "\n".join(cycles)
+
+
+def _package(module: str) -> str | None:
+    """The package of llamarl/ that `module` is in (llamarl.roles.build -> roles); None for
+    llamarl itself, its top-level modules (llamarl/*.py) and modules outside llamarl/."""
+    parts = MODULES[module].relative_to(REPO).parts
+    return parts[1] if parts[0] == "llamarl" and len(parts) > 2 else None
+
+
+def _package_edges() -> dict[tuple[str, str], list[str]]:
+    """(importer, imported) package of llamarl -> where the imports that make the edge are
+    (file:line), from every import in the package's files."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for module in MODULES:
+        if (importer := _package(module)) is None:
+            continue
+        for target, line, _ in imports(module):
+            imported = _package(target)
+            if imported is not None and imported != importer:
+                edges.setdefault((importer, imported), []).append(f"{MODULES[module].relative_to(REPO)}:{line}")
+    return edges
+
+
+def test_the_package_graph_holds_every_package_and_its_edges() -> None:
+    edges = _package_edges()
+    packages = {path.parent.name for path in (REPO / "llamarl").glob("*/__init__.py")}
+    assert {package for edge in edges for package in edge} == packages
+    assert "llamarl/roles/build.py" in " ".join(edges[("roles", "training")])
+
+
+def test_no_import_cycle_between_llamarl_packages() -> None:
+    """llamarl's packages read as layers (docs/architecture.md): none imports, even inside a
+    function or under TYPE_CHECKING, a package that imports it back."""
+    edges = _package_edges()
+    graph: dict[str, set[str]] = {package: set() for edge in edges for package in edge}
+    for importer, imported in edges:
+        graph[importer].add(imported)
+    found = []
+    for component in _components(graph):
+        cycle = _cycle_in(graph, component)
+        found.append(f"{', '.join(component)} import each other, for one: {' -> '.join(cycle)}")
+        found += [f"  {a} -> {b}: {', '.join(edges[(a, b)])}" for a, b in pairwise(cycle)]
+    assert found == [], "import cycles between llamarl's packages:\n" + "\n".join(found)
 
 
 def test_worker_files_only_wire_a_process() -> None:

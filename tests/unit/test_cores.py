@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from llamarl.config import parse_config
-from llamarl.launch.cores import plan_threads, split_cores
+from llamarl.launch.cores import plan_threads
+from llamarl.sim.predict import split_cores
 
 
 @pytest.mark.parametrize(

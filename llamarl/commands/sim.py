@@ -10,8 +10,6 @@ from pathlib import Path
 
 from llamarl.commands.base import Subparsers
 from llamarl.config import load_config
-from llamarl.sim.costs import Costs
-from llamarl.sim.predict import layout_of, lengths_of, predict, sweep
 
 
 def register(sub: Subparsers) -> None:
@@ -45,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give a run config (llamarl sim CONFIG --profile FILE), or --paper")
     if args.profile is None:
         raise ConfigError("--profile: give the file `llamarl bench profile CONFIG --out FILE` wrote")
+    from llamarl.sim.costs import Costs
+    from llamarl.sim.predict import layout_of, lengths_of, predict, sweep
+
     config = load_config(args.config)
     costs = Costs.load(Path(args.profile))
     cores = args.cores or config.workers.num_cores or costs.cores
