@@ -4,7 +4,11 @@ Runs interleave (sync, async, sync, async, ...), one pair per seed (`--seeds`, d
 the accuracy figures cover three seeds in each mode. Both runs of a pair start from one shared
 supervised warm start (run once per seed, `llamarl sft`), train on the same prompts (ticket i is
 prompt i in both) and, with fixed-length completions (`min_new_tokens`), generate and train
-exactly the same number of tokens; the benchmark checks that and reports it.
+exactly the same number of tokens; the benchmark checks that and reports it (`equal_work`). An
+async generator also decodes tokens it throws away, when it restarts a group whose oldest token
+fell out of the staleness bound: they are counted (`discarded_tokens`, per run) and reported
+beside `equal_work` as the extra decode work async did (`extra_decode_fraction`: discarded over
+kept generated tokens).
 
 Per run: run seconds per step (RL wall time over steps, evaluations included: what a user
 waits for), seconds per RL step (the mean over steps no evaluation slowed: a trainer's
@@ -183,6 +187,7 @@ def describe(result: RunResult, mode: str, target: float) -> dict[str, Any]:
     step_s = clean_step_s(records, mode)
     trained_tokens = sum(r["num_tokens"] for r in records)
     generated = sum(t.get("generated_tokens", 0) for t in result.timers.values())
+    discarded = sum(t.get("discarded_tokens", 0) for t in result.timers.values())
     run_s_per_step = result.summary["rl_wall_s"] / steps
     return {
         "steps": steps,
@@ -191,6 +196,7 @@ def describe(result: RunResult, mode: str, target: float) -> dict[str, Any]:
         "eval_s_per_step": round(run_s_per_step - step_s, 4),
         "trained_tokens": int(trained_tokens),
         "generated_tokens": int(generated if mode == "async" else trained_tokens),
+        "discarded_tokens": int(discarded),
         "tokens_per_s": round(trained_tokens / steps / step_s, 1),
         "initial_accuracy": result.summary["initial_accuracy"],
         "final_accuracy": result.summary["final_accuracy"],
@@ -239,6 +245,8 @@ def bench(config_path: Path, seeds: list[int], target: float, work_dir: Path) ->
         pair["rl_bound"] = round(sync["s_per_step"] / max(pair["solo"].values()), 3)
         pair["rl_efficiency"] = round(pair["rl_speedup"] / pair["rl_bound"], 3)
         pair["equal_work"] = all(sync[key] == asynchronous[key] for key in ("trained_tokens", "generated_tokens"))
+        kept = max(1, asynchronous["generated_tokens"])
+        pair["extra_decode_fraction"] = round(asynchronous["discarded_tokens"] / kept, 5)
         runs.append(pair)
     speedups = [p["speedup"] for p in runs]
     rl_speedups = [p["rl_speedup"] for p in runs]
@@ -257,6 +265,7 @@ def bench(config_path: Path, seeds: list[int], target: float, work_dir: Path) ->
         "sync_eval_s_per_step": spread([p["sync"]["eval_s_per_step"] for p in runs], 4),
         "async_eval_s_per_step": spread([p["async"]["eval_s_per_step"] for p in runs], 4),
         "equal_work": all(p["equal_work"] for p in runs),
+        "async_extra_decode_fraction": max(p["extra_decode_fraction"] for p in runs),
         "async_bus_fraction": max(p["async"]["bus_fraction"] for p in runs),
         "sync_s_per_step": spread([p["sync"]["s_per_step"] for p in runs], 4),
         "async_s_per_step": spread([p["async"]["s_per_step"] for p in runs], 4),

@@ -31,8 +31,8 @@ class DecodingBatch(Protocol):
         """Start n sequences of each (key, prompt ids)."""
         ...
 
-    def drop(self, key: Hashable) -> None:
-        """Stop group `key` and forget what it sampled."""
+    def drop(self, key: Hashable) -> int:
+        """Stop group `key` and forget what it sampled; how many tokens that was."""
         ...
 
     def step(self, version: int) -> list[FinishedGroup]:

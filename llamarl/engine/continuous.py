@@ -174,10 +174,11 @@ class RunningBatch:
         self.next_position = torch.cat([self.next_position, next_position])
         self.logits = torch.cat([self.logits, logits])
 
-    def drop(self, key: Hashable) -> None:
-        """Stop group `key` and forget what it sampled (its prompt may be admitted again)."""
+    def drop(self, key: Hashable) -> int:
+        """Stop group `key` and forget what it sampled (its prompt may be admitted again); how
+        many tokens that was."""
         self._keep([i for i, row in enumerate(self.rows) if row.key != key])
-        del self.groups[key]
+        return sum(len(row.tokens) for row in self.groups.pop(key).rows)
 
     def _keep(self, kept: list[int]) -> None:
         """Only rows `kept` stay; columns left with padding alone are cut away."""

@@ -84,11 +84,13 @@ class VllmBatch:
             self.requests[request_id] = _Request(key, list(prompt), samples)
             self.ids[key] = request_id
 
-    def drop(self, key: Hashable) -> None:
-        """Stop group `key` and forget what it sampled (its prompt may be admitted again)."""
+    def drop(self, key: Hashable) -> int:
+        """Stop group `key` and forget what it sampled (its prompt may be admitted again); how
+        many tokens that was."""
         request_id = self.ids.pop(key)
-        del self.requests[request_id]
+        request = self.requests.pop(request_id)
         self.engine.llm.llm_engine.abort_request([request_id])
+        return sum(len(sample.tokens) for sample in request.samples)
 
     def step(self, version: int) -> list[FinishedGroup]:
         """One engine step, its tokens recorded as `version`'s; the groups it ended."""

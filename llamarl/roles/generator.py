@@ -271,7 +271,9 @@ class Generator:
         self.waiting = None
         self.take_up(meta)
         floor = self.policy_version - config.staleness.max_staleness
-        self.runtime.count("groups_restarted", self.in_flight.restart_older_than(floor))
+        restarted, discarded = self.in_flight.restart_older_than(floor)
+        self.runtime.count("groups_restarted", restarted)
+        self.runtime.count("discarded_tokens", discarded)
         self.claim_at = 0.0
 
     def fill(self) -> None:

@@ -52,14 +52,15 @@ class InFlight:
             done.append(Finished(ticket, group, int(finished.batch.completion_mask.sum())))
         return done
 
-    def restart_older_than(self, floor: int) -> int:
+    def restart_older_than(self, floor: int) -> tuple[int, int]:
         """Start again from its prompt every group whose oldest token's version is below
-        `floor`; how many were."""
+        `floor`; how many were, and how many sampled tokens that threw away."""
         stale = [
             key for key in self.claimed if (oldest := self.batch.oldest_version(key)) is not None and oldest < floor
         ]
+        discarded = 0
         for key in stale:
-            self.batch.drop(key)
+            discarded += self.batch.drop(key)
             _, example = self.claimed[key]
             self.batch.admit([(key, self.policy.encode_example(example))])
-        return len(stale)
+        return len(stale), discarded

@@ -106,7 +106,7 @@ def test_a_dropped_group_leaves_the_others_sampling_correctly(policy) -> None:
     encoded = [policy.tokenizer(p).input_ids for p in PROMPTS[:3]]
     running.admit(list(enumerate(encoded)))
     running.step(0)
-    running.drop(1)
+    assert running.drop(1) == 2, "one token of each of its two samples was thrown away"
     running.admit([(1, encoded[1])])  # restarted from its prompt
     finished = _drain(running)
     assert sorted(f.key for f in finished) == [0, 1, 2]
@@ -128,7 +128,8 @@ def test_in_flight_restarts_groups_whose_oldest_token_is_too_old(policy) -> None
     in_flight.step(3)
     in_flight.admit([Ticket(8, 1, False)], [Example(8, "12+34=", "46")])
     in_flight.step(4)
-    assert in_flight.restart_older_than(4) == 1  # ticket 7 began at version 3
+    # ticket 7 began at version 3: its 2 samples' 2 tokens each are thrown away
+    assert in_flight.restart_older_than(4) == (1, 4)
     done = []
     while len(in_flight):
         done += in_flight.step(5)

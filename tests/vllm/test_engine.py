@@ -176,6 +176,18 @@ def test_a_version_taken_up_mid_sequence_samples_the_rest(policy: Policy, engine
     engine.load(policy.model)
 
 
+def test_a_dropped_group_reports_its_tokens_and_the_rest_finish(policy: Policy, engine: VllmEngine) -> None:
+    """A restarted group's request is aborted: `drop` says how many tokens it threw away (what
+    `llamarl bench async-vs-sync` counts as extra decode work) and only the others end."""
+    prompts = [policy.encode_prompt(q) for q in QUESTIONS[:3]]
+    sampler = Sampler(2, 10, 10, generator=torch.Generator().manual_seed(4))
+    batch = VllmBatch(engine, sampler, policy.pad_id)
+    batch.admit(list(enumerate(prompts)))
+    assert decode_all(batch, version=0, steps=3) == []
+    assert batch.drop(1) == 2 * 3, "two samples of three tokens each"
+    assert sorted(group.key for group in decode_all(batch, version=0)) == [0, 2]
+
+
 def test_seeded_sampling_repeats(policy: Policy, engine: VllmEngine) -> None:
     prompts = [policy.encode_prompt(q) for q in QUESTIONS[:4]]
 
