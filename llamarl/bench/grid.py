@@ -13,8 +13,11 @@ for async runs each generator's and the trainer's idle fraction (their own timer
 Per shape: speed-up of the default over sync (sync s/step / default s/step) and of the alternative;
 the prediction error of the chosen layout (predicted / measured - 1); whether the choice was the
 fastest measured within the spread (its median no slower than the alternative's, or their
-min-max ranges overlap); and the overlap bound: sync s/step / the longer of its two
-phases (what perfect overlap of generation and training, each on every core, would give). With
+min-max ranges overlap); and the phase limit: sync s/step / the longer of its two phases (what
+overlap would give were each role as fast alone as on every core). It is not the bound of
+`llamarl bench async-vs-sync` (docs/benchmarks.md, Definitions), which times each role alone at
+the threads async gives it: a role on one core can be nearly as fast as on two, so a speed-up can
+pass the phase limit. With
 `min_new_tokens` the work is equal in both modes (the runs' generated tokens are reported).
 """
 
@@ -120,7 +123,7 @@ def shape(name: str, config: str, pairs: int, work_dir: Path) -> dict[str, Any]:
     other_s = [r["s_per_step"] for r in runs["other"]]
     chosen = runs["default"][0]["layout"]
     predicted = (chosen["prediction"] or {}).get("chosen", {}).get("s_per_step")
-    bound = [s / max(r["generate_s"], r["train_s"]) for s, r in zip(sync, runs["sync"], strict=True)]
+    phase_limit = [s / max(r["generate_s"], r["train_s"]) for s, r in zip(sync, runs["sync"], strict=True)]
     default_median = spread(default_s)["median"]
     return {
         "config": config,
@@ -143,7 +146,7 @@ def shape(name: str, config: str, pairs: int, work_dir: Path) -> dict[str, Any]:
         },
         "default_over_sync": spread([s / d for s, d in zip(sync, default_s, strict=True)]),
         "other_over_sync": spread([s / o for s, o in zip(sync, other_s, strict=True)]),
-        "bound": spread(bound),
+        "phase_limit": spread(phase_limit),
         "predicted_s_per_step": predicted,
         "prediction_error": round(predicted / default_median - 1, 3) if predicted else None,
         "chose_fastest": (default_median <= spread(other_s)["median"] or min(default_s) <= max(other_s)),
