@@ -31,6 +31,12 @@ SMALL_RUN: dict[str, Any] = {
 }
 
 
+def worker_argv(role: str, worker_id: str, config: Path) -> list[str]:
+    """The command line that starts one role by hand, as on a machine of its own."""
+    command = ["worker", role, "--config", str(config), "--worker-id", worker_id, "--log-format", "json"]
+    return [sys.executable, "-m", "workers.cli", *command]
+
+
 def write_config(directory: Path, run_id: str, **overrides: Any) -> Path:
     tree = json.loads(json.dumps(SMALL_RUN))
     for section, values in overrides.items():

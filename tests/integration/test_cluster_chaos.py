@@ -9,13 +9,12 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from brokers.embedded import EmbeddedServices
 from llamarl.store import RedisStore
-from tests.integration.async_helpers import check_finished_run, write_config
+from tests.integration.async_helpers import check_finished_run, worker_argv, write_config
 
 STEPS = 250
 
@@ -23,19 +22,7 @@ STEPS = 250
 def _worker(role: str, worker_id: str, config: Path, env: dict[str, str], logs: Path):
     with open(logs / f"{worker_id}.log", "ab") as log:
         return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "workers.cli",
-                "worker",
-                role,
-                "--config",
-                str(config),
-                "--worker-id",
-                worker_id,
-                "--log-format",
-                "json",
-            ],
+            worker_argv(role, worker_id, config),
             env={**os.environ, **env},
             stdout=log,
             stderr=subprocess.STDOUT,

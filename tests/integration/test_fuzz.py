@@ -8,7 +8,6 @@ import itertools
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -25,7 +24,7 @@ from llamarl.store import RedisStore
 from llamarl.topics import CONTROL, ROLLOUTS, SCORED
 from tests.conftest import start_broker_process
 from tests.fuzz import bad_commands, bad_messages, bad_subscriptions, bad_sync_requests
-from tests.integration.async_helpers import write_config
+from tests.integration.async_helpers import worker_argv, write_config
 
 FRAMES = 5_000
 MAX_BYTES = 4096
@@ -181,19 +180,7 @@ class FakeBroker:
 def _start_worker(role: str, config: Path, broker: FakeBroker, redis_url: str) -> subprocess.Popen:
     env = {**os.environ, "LLAMARL_REDIS_URL": redis_url, "LLAMARL_BROKER": str(broker.endpoints)}
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "workers.cli",
-            "worker",
-            role,
-            "--config",
-            str(config),
-            "--worker-id",
-            f"{role}-fuzz",
-            "--log-format",
-            "json",
-        ],
+        worker_argv(role, f"{role}-fuzz", config),
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -17,6 +17,7 @@ import yaml
 
 from brokers.redis_server import find_redis_server
 from llamarl.store import RedisStore
+from tests.integration.async_helpers import worker_argv
 from tests.multihost.netns import Cluster, Host
 
 PASSWORD = "multihost-secret"
@@ -127,19 +128,7 @@ def worker(
 ) -> subprocess.Popen[bytes]:
     """`llamarl worker ROLE` on `host`, its output in logs/WORKER_ID.log."""
     return host.start(
-        [
-            sys.executable,
-            "-m",
-            "workers.cli",
-            "worker",
-            role,
-            "--config",
-            str(config),
-            "--worker-id",
-            worker_id,
-            "--log-format",
-            "json",
-        ],
+        worker_argv(role, worker_id, config),
         env=env,
         log=logs / f"{worker_id}.log",
     )
