@@ -56,6 +56,10 @@ def make_optimizer(parameters: Iterable[torch.nn.Parameter], lr: float) -> torch
         return torch.optim.AdamW(params, lr=lr, foreach=True)
 
 
+SUMMED = ("loss", "kl", "entropy", "mismatch", "mismatch_abs", "ratio_sum", "clipped", "dropped")
+"""The step statistics kept as sums, added up over ranks."""
+
+
 class _StepStats:
     """Sums over micro-batches of what a step reports."""
 
@@ -73,26 +77,9 @@ class _StepStats:
 
     def reduce(self, ranks: TrainerRanks) -> None:
         """Every rank's sums, added up (and the largest ratio of all)."""
-        sums = [
-            self.loss,
-            self.kl,
-            self.entropy,
-            self.mismatch,
-            self.mismatch_abs,
-            self.ratio_sum,
-            self.clipped,
-            self.dropped,
-        ]
-        (
-            self.loss,
-            self.kl,
-            self.entropy,
-            self.mismatch,
-            self.mismatch_abs,
-            self.ratio_sum,
-            self.clipped,
-            self.dropped,
-        ) = ranks.sum(sums)
+        totals = ranks.sum([getattr(self, name) for name in SUMMED])
+        for name, total in zip(SUMMED, totals, strict=True):
+            setattr(self, name, total)
         top, self.mismatch_max = ranks.max([-math.inf if self.ratio_max is None else self.ratio_max, self.mismatch_max])
         self.ratio_max = None if top == -math.inf else top
 
