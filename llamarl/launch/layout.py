@@ -10,14 +10,15 @@
   config and machine: measured once, in about half a minute for the demo) and the simulator's
   prediction for every candidate (`llamarl.sim.predict.candidates`: thread splits, the trainer
   given more threads than it has cores of its own, 1 to cores+1 generators, staleness bounds up
-  to the config's `max_staleness`, and colocated); the fastest starts, ties going to the cheaper
-  layout. Fields the config sets explicitly (`num_generators`, `trainer_threads`,
-  `generator_threads`) are kept. An overlapping layout starts only when predicted at least
-  MARGIN faster than the lock-step sync loop; otherwise the run is colocated, which takes turns
-  as lock-step does and, being an async run, keeps checkpoints, `--resume` and the ledger (the
-  sync loop, `--mode sync`, keeps none of them and is never chosen). The choice, its predicted
-  s/step against lock-step's and the alternatives are printed and written to
-  RUN_DIR/layout.json.
+  to the config's `max_staleness`, and colocated); the fastest starts, ties (within the
+  simulator's TIE) going to the cheaper layout, a split before colocated: colocated roles hand
+  every version and step over between processes, which costs more than the simulator charges on
+  short steps (the layout grid in docs/benchmarks.md measured a split faster than colocated on
+  every shape). Fields the config sets explicitly (`num_generators`, `trainer_threads`,
+  `generator_threads`) are kept. Whatever starts is an async run, so it keeps checkpoints,
+  `--resume` and the ledger; the lock-step sync loop (`--mode sync`) keeps none of them and is
+  never chosen. The choice, its predicted s/step against lock-step's and the alternatives are
+  printed and written to RUN_DIR/layout.json.
 """
 
 from __future__ import annotations
@@ -36,9 +37,6 @@ from llamarl.launch.cores import CoreSplit, pin_cores, plan_threads, usable_core
 from llamarl.launch.supervise import llamarl_command
 
 SIMULATED_STEPS = 60
-MARGIN = 0.05
-"""An overlapping layout runs only when predicted at least this much faster than lock-step (the
-simulator's errors against measured runs are of this order); else auto starts colocated."""
 SHOWN = 4
 """Alternatives printed beside the choice."""
 
@@ -53,8 +51,7 @@ class Plan:
     overrides: dict[str, str] = field(default_factory=dict)
     """Environment overrides that give the workers the plan's fields."""
     prediction: dict[str, Any] | None = None
-    """auto: the chosen layout's predicted s/step, the sync run's, whether colocated stands in
-    for lock-step, and the alternatives."""
+    """auto: the chosen layout's predicted s/step, the sync run's and the alternatives'."""
 
 
 def _laid_out(config: RunConfig, generators: int, trainer: int, generator: int, staleness: int) -> RunConfig:
@@ -135,20 +132,11 @@ def _describe(row: dict[str, Any]) -> str:
     )
 
 
-def _print_choice(best: dict[str, Any], sync_s: float, in_turn: bool, others: list[dict[str, Any]]) -> None:
-    if in_turn:
-        print(
-            f"layout auto: colocated (takes turns like lock-step and keeps checkpoints, --resume "
-            f"and the ledger; predicted {best['s_per_step']:.3f} s/step against lock-step's "
-            f"{sync_s:.3f}; no overlapping layout is predicted at least {MARGIN:.0%} faster)",
-            file=sys.stderr,
-        )
-    else:
-        print(
-            f"layout auto: best {_describe(best)}: predicted {best['s_per_step']:.3f} s/step "
-            f"(lock-step sync {sync_s:.3f})",
-            file=sys.stderr,
-        )
+def _print_choice(best: dict[str, Any], sync_s: float, others: list[dict[str, Any]]) -> None:
+    print(
+        f"layout auto: best {_describe(best)}: predicted {best['s_per_step']:.3f} s/step (lock-step sync {sync_s:.3f})",
+        file=sys.stderr,
+    )
     for row in others:
         print(f"  alternative: {_describe(row)}: {row['s_per_step']:.3f} s/step", file=sys.stderr)
 
@@ -184,20 +172,16 @@ def auto(config: RunConfig, config_path: str) -> Plan:
     ]
     sync_s = result["sync_s_per_step"]
     best = recommend(rows, TIE)
-    in_turn = best["s_per_step"] * (1 + MARGIN) > sync_s
-    if in_turn:  # no overlap worth its risk: take turns, in the async run that keeps its state
-        best = next(r for r in rows if r["colocated"])
     others = [r for r in rows if r is not best][:SHOWN]
     prediction = {
         "chosen": best,
         "sync_s_per_step": sync_s,
-        "colocated_for_lockstep": in_turn,
         "alternatives": others,
         "profile": measured["profile"],
         "profile_cached": measured["cached"],
         "profile_s": measured["seconds"],
     }
-    _print_choice(best, sync_s, in_turn, others)
+    _print_choice(best, sync_s, others)
     kind = "colocated" if best["colocated"] else "split"
     return _plan(
         config,

@@ -1,6 +1,6 @@
 """README as a front page: at most 200 lines, no commit hash, no sentence over 40 words; and the
-generated tables (README's headline and the tables of docs/ listed in scripts/results_tables.py's
-TABLES) exactly what that script makes of the JSON under docs/results."""
+generated blocks (README's headline and those of docs/ listed in scripts/results_tables.py's
+TABLES) exactly what that script makes of the JSON and run records under docs/results."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def sentences(text: str) -> list[str]:
 def test_readme_is_short_and_names_no_commit() -> None:
     text = README.read_text()
     assert len(text.splitlines()) <= MAX_LINES
-    assert COMMIT.findall(text) == [], "README names commits: history goes in docs/benchmarks.md"
+    assert COMMIT.findall(text) == [], "README names commits: history goes in CHANGELOG.md"
 
 
 def test_no_readme_sentence_is_over_40_words() -> None:

@@ -344,3 +344,24 @@ def test_the_sweep_gives_a_training_heavy_config_every_core_for_training() -> No
     assert result["best"]["trainer_threads"] == 2
     assert result["best"]["s_per_step"] <= result["sync_s_per_step"] * 1.03
     assert {r["max_staleness"] for r in rows} == {0, 1}, "never above the user's bound"
+
+
+def test_a_tie_between_taking_turns_and_a_split_goes_to_the_split() -> None:
+    """Auto starts what `recommend` picks: colocated only when it is predicted faster than every
+    split beyond the tie (a split measured faster than colocated on every shape of the grid)."""
+
+    def row(colocated: bool, s_per_step: float) -> dict[str, float]:
+        threads = 2 if colocated else 1
+        return {
+            "num_generators": 1,
+            "generator_threads": threads,
+            "colocated": colocated,
+            "trainer_threads": threads,
+            "max_staleness": 0 if colocated else 1,
+            "s_per_step": s_per_step,
+        }
+
+    turns, split = row(True, 0.1997), row(False, 0.2005)
+    assert recommend([turns, split], tie=0.03) is split
+    faster_turns = row(True, 0.150)
+    assert recommend([faster_turns, split], tie=0.03) is faster_turns
