@@ -30,11 +30,16 @@ nothing else running); perfect overlap makes an RL step as long as the slowest r
 rl_bound = sync s/step / max(solo generation, solo training) s/step, and rl_efficiency =
 RL speed-up / rl_bound: what contention between the roles, the bus, Redis and weight sync cost.
 The output ends with one JSON line (medians with min and max over the pairs).
+
+Every bench that runs `llamarl run` goes through `run_once`, which keeps a finished run's records
+(summary, metrics, timers, logs) and deletes its weights (final model, adapters, checkpoints):
+a bench measures time, and a grid of SmolLM2 runs would otherwise leave gigabytes behind.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -99,12 +104,26 @@ def collect(run_dir: Path, stdout: str) -> RunResult:
     return RunResult(summary, records, timers)
 
 
+WEIGHTS = ("model", "adapter", "checkpoints")
+"""What a finished run keeps in its directory that a bench does not read: its final model, its
+LoRA adapters and its checkpoints."""
+
+
+def drop_weights(run_dir: Path) -> None:
+    """Delete a finished run's weights (WEIGHTS), keeping its records."""
+    for name in WEIGHTS:
+        shutil.rmtree(run_dir / name, ignore_errors=True)
+
+
 def run_once(tree: dict[str, Any], mode: str, name: str, work_dir: Path) -> RunResult:
+    """Run `tree` to the end as run `name`; its records, with its weights deleted."""
     proc = run_variant(tree, mode, name, work_dir)
     out, err = proc.communicate()
     if proc.returncode != 0:
         raise RuntimeError(f"{mode} run {name} failed: {err[-2000:]}")
-    return collect(work_dir / name, out)
+    result = collect(work_dir / name, out)
+    drop_weights(work_dir / name)
+    return result
 
 
 def evaluation_slowed(records: list[dict[str, Any]]) -> set[int]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from llamarl.bench.async_vs_sync import warm_start
+from llamarl.bench.async_vs_sync import drop_weights, warm_start
 from llamarl.bench.stats import spread
 from llamarl.config import parse_config
 from llamarl.config.run import read_tree
@@ -79,6 +79,7 @@ def run_once(tree: dict[str, Any], name: str, work_dir: Path, kill_at: int | Non
         supervise.stop(launcher)
     if launcher.returncode != 0:
         raise RuntimeError(f"run {name} failed: {err[-2000:]}")
+    drop_weights(run_dir)
     summary = json.loads(out.strip().splitlines()[-1])
     ledger = summary["ledger"]
     return {

@@ -262,14 +262,27 @@ def wait_all(children: list[Child], timeout_s: float) -> None:
         time.sleep(0.1)
 
 
-def stop_all(children: list[Child]) -> dict[str, int]:
-    """SIGTERM every live child at once, SIGKILL (with what it started) what is left after the
-    timeout; their exit codes. Each is stopped where it runs (`WorkerProcess.stop`)."""
+def stop_grace_s(role: str, config: RunConfig) -> float:
+    """How long a child told to stop may take before it is SIGKILLed: STOP_TIMEOUT_S; the trainer
+    also waits up to `sync.timeout_s` for its stop checkpoint to be written and as long again for
+    its last version to be published (a big model's checkpoint takes longer than
+    STOP_TIMEOUT_S, and one cut short loses the steps since the last periodic checkpoint)."""
+    return STOP_TIMEOUT_S + (2 * config.sync.timeout_s if role == "trainer" else 0.0)
+
+
+def stop_all(children: list[Child], config: RunConfig) -> dict[str, int]:
+    """SIGTERM every live child at once, SIGKILL (with what it started) each one still there
+    after its grace (`stop_grace_s`); their exit codes. Each is stopped where it runs
+    (`WorkerProcess.stop`)."""
     for child in children:
         if child.process.poll() is None:
             child.process.terminate()
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    return {child.worker_id: child.process.stop(max(0.1, deadline - time.monotonic())) for child in children}
+    started = time.monotonic()
+    codes = {}
+    for child in sorted(children, key=lambda c: stop_grace_s(c.role, config)):
+        deadline = started + stop_grace_s(child.role, config)
+        codes[child.worker_id] = child.process.stop(max(0.1, deadline - time.monotonic()))
+    return {child.worker_id: codes[child.worker_id] for child in children}
 
 
 class Supervisor:
@@ -413,12 +426,12 @@ def run_roles(
         summary["rejected"] = store.rejected()
         summary["restarts"] = supervisor.restarts
         wait_all(supervisor.children, 2 * config.workers.heartbeat_s + STOP_TIMEOUT_S)
-        summary["exit_codes"] = stop_all(supervisor.children)
+        summary["exit_codes"] = stop_all(supervisor.children, config)
         print(json.dumps(summary), flush=True)
         return 0
     finally:
         try:
-            stop_all(supervisor.children)
+            stop_all(supervisor.children, config)
         finally:
             store.close()
             watch.close()

@@ -6,8 +6,9 @@ Checkpoints (`llamarl.training.checkpoint`) are written after the warm start, ev
 its run: it publishes version max(checkpoint, store) + 1, so no version number is reused, and
 rewinds the journal (RUN_DIR/trained.jsonl) to the checkpoint's step. The tickets trained after
 that step, whose updates the crash lost, are reopened: those whose rollout is in the restored
-buffer are trained from it, the others are reissued to generators. So every ticket's update is in
-the final model exactly once (or its ticket ended `dropped_stale`).
+buffer are trained from it, the others are reissued to generators, and so is every ticket issued
+but not held (its rollout was lost with the trainer, or is a duplicate the trainer will refuse).
+So every ticket's update is in the final model exactly once (or its ticket ended `dropped_stale`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ def resume(
     requeued = {e["ticket_id"] for e in lost} - held_ids
     for ticket_id in sorted(requeued):
         store.reopen_ticket(ticket_id, requeue=True)
+    # The rollouts issued but not held died with the last trainer, or were on their way to it:
+    # reissued now, not when their leases run out (`staleness.lease_s`, a minute by default).
+    expired = store.expire_leases()
     log.warning(
         "resumed",
         checkpoint=source,
@@ -61,6 +65,7 @@ def resume(
         policy_version=policy_version,
         buffered=len(buffer),
         requeued=len(requeued),
+        leases_expired=expired,
     )
     return policy_version, buffer
 

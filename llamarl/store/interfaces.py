@@ -107,6 +107,13 @@ class Ledger(Protocol):
         for a dropped, skipped, compacted or unknown ticket."""
         ...
 
+    def expire_leases(self) -> int:
+        """Expire the lease of every open ticket that holds one, so the next claims reissue them
+        (attempt + 1); how many. A resumed trainer calls it: the rollouts its predecessor held,
+        or that were on their way to it, died with it, and waiting out their leases would stall
+        the run. A generator still sampling one loses its lease and drops the result."""
+        ...
+
     def compact_tickets(self, limit: int) -> int:
         """Forget the per-ticket state of every ticket below both the lowest open (or not yet
         issued) ticket and `limit`; returns the floor, which never decreases. The ledger counts

@@ -141,6 +141,19 @@ end
 return 1
 """
 
+EXPIRE_LEASES = """
+-- KEYS: tickets, leases. Expires the lease of every open ticket that holds one, so the next
+-- claims reissue them (attempt + 1). Returns how many.
+local count = 0
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '(0', '+inf')) do
+  if redis.call('HGET', KEYS[1], id) == 'open' then
+    redis.call('ZADD', KEYS[2], 0, id)
+    count = count + 1
+  end
+end
+return count
+"""
+
 CLAIM_EVALUATION_CHUNK = """
 -- KEYS: evaluation_claims, evaluation_chunks. ARGV: version, num_chunks
 -- The next unclaimed chunk of the version's held-out evaluation (0-based), counted in

@@ -209,6 +209,13 @@ class MemoryStore:
                 self._leases.pop(ticket_id, None)
             return True
 
+    def expire_leases(self) -> int:
+        with self._lock:
+            held = [tid for tid, at in self._leases.items() if at != ALREADY_EXPIRED]
+            for ticket_id in held:
+                self._leases[ticket_id] = ALREADY_EXPIRED
+            return len(held)
+
     def compact_tickets(self, limit: int) -> int:
         with self._lock:
             low = min(self._ledger["issued"], limit)

@@ -77,6 +77,7 @@ class RedisStore:
         self._renew = self.client.register_script(lua.RENEW_LEASES)
         self._end = self.client.register_script(lua.END_TICKETS)
         self._reopen = self.client.register_script(lua.REOPEN_TICKET)
+        self._expire = self.client.register_script(lua.EXPIRE_LEASES)
         self._compact = self.client.register_script(lua.COMPACT_TICKETS)
         self._claim_chunk = self.client.register_script(lua.CLAIM_EVALUATION_CHUNK)
 
@@ -223,6 +224,11 @@ class RedisStore:
         keys = [self.key(n) for n in ("tickets", "leases", "lease_owner", "ledger")]
         args = [ticket_id, int(requeue)]
         return bool(self._call("reopen ticket", lambda: self._reopen(keys=keys, args=args)))
+
+    def expire_leases(self) -> int:
+        """Expire every open ticket's lease (see lua.EXPIRE_LEASES); how many."""
+        keys = [self.key(n) for n in ("tickets", "leases")]
+        return int(self._call("expire leases", lambda: self._expire(keys=keys, args=[])))
 
     def compact_tickets(self, limit: int) -> int:
         """Drop the entries of tickets below the lowest open one and below `limit`; returns the

@@ -4,8 +4,8 @@ on a real redis-server and the in-process MemoryStore.
 Versions only increase; the gate bounds claims by the staleness limit, a publish reopens it and a
 ticket ended untrained (dropped stale or skipped) gives its slot back;
 an expired lease is reissued with the next attempt and the older attempt loses it; every ticket
-ends exactly once and the ledger balances; reopening, compaction, the worker registry, the run
-status and the rejection counters behave the same on both.
+ends exactly once and the ledger balances; reopening, expiring leases, compaction, the worker
+registry, the run status and the rejection counters behave the same on both.
 """
 
 from __future__ import annotations
@@ -311,6 +311,25 @@ def test_reopened_tickets_are_reissued_or_held(backend: Backend) -> None:
     assert [(t.ticket_id, t.reissued) for t in again] == [(requeued.ticket_id, True), (5, False)]
     assert end(store, held.ticket_id, "trained"), "a held ticket ends once more"
     assert store.ledger()["trained"] == 1
+
+
+def test_expired_leases_are_reissued_first_and_ended_tickets_stay_ended(backend: Backend) -> None:
+    """What a resumed trainer does with the tickets issued to the trainer before it: every open
+    ticket with a lease is reissued by the next claims, none waits out its lease."""
+    store = backend.store
+    store.publish_version(0, {})
+    leased, held, ended = (claim_one(store, "g0") for _ in range(3))
+    assert leased and held and ended
+    assert store.reopen_ticket(held.ticket_id, requeue=False), "held by the trainer: no lease"
+    assert end(store, ended.ticket_id, "trained")
+    ledger = store.ledger()
+    assert store.expire_leases() == 1
+    assert store.ledger() == ledger, "no count changes"
+    again = store.claim_tickets("g1", 2, **GATE)
+    assert [(t.ticket_id, t.attempt, t.reissued) for t in again] == [(leased.ticket_id, 1, True), (3, 0, False)]
+    assert store.renew_leases([leased], 60) == [False], "the first attempt lost its lease"
+    assert store.expire_leases() == 2, "the reissued ticket and the new one"
+    assert store.ticket_state(ended.ticket_id) == "trained"
 
 
 def test_compaction_drops_ended_tickets_below_the_lowest_open_one(backend: Backend) -> None:

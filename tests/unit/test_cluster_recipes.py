@@ -27,6 +27,7 @@ import yaml
 from torch.distributed.run import get_args_parser
 
 from llamarl.config import RunConfig, load_config
+from llamarl.launch.local import stop_grace_s
 from tests.unit.worker_commands import parse_llamarl, parse_worker_options
 from workers.cli import ROLES
 
@@ -325,3 +326,9 @@ def test_sbatch_refuses_a_job_it_cannot_lay_out(tmp_path: Path) -> None:
     done = _run_sbatch(tmp_path, 3, LLAMARL_REDIS_PASSWORD="pw", GLOO_SOCKET_IFNAME="wlan9")
     assert done.returncode == 2 and "node0 has no IPv4 address on wlan9" in done.stderr
     assert [json.loads(line)["command"][0] for line in open(tmp_path / "steps.jsonl")] == ["ip"]
+
+
+def test_the_trainer_pod_is_given_the_time_to_write_its_stop_checkpoint() -> None:
+    pod = _one("Job", "llamarl-trainer")["spec"]["template"]["spec"]
+    config = load_config(REPO / "configs" / "cluster.yaml", environ={})
+    assert pod["terminationGracePeriodSeconds"] >= stop_grace_s("trainer", config)

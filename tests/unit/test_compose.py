@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from llamarl.config import load_config
+from llamarl.launch.local import stop_grace_s
 from tests.unit.worker_commands import parse_llamarl
 from workers.cli import ROLES
 
@@ -78,3 +79,11 @@ def test_multihost_services_reach_the_head_host() -> None:
         assert (config.broker.host, config.broker.port) == (expected_host, 5555), name
         if name == "trainer":
             assert config.sync.advertise_host == "10.0.0.1" and config.sync.host == "0.0.0.0"
+
+
+def test_the_trainer_is_given_the_time_to_write_its_stop_checkpoint() -> None:
+    trainer = _services()["trainer"]
+    env = {k: str(v) for k, v in trainer["environment"].items()}
+    config = load_config(REPO / "configs" / "cluster.yaml", environ=env)
+    grace = re.fullmatch(r"(\d+)s", trainer["stop_grace_period"])
+    assert grace is not None and float(grace.group(1)) >= stop_grace_s("trainer", config)

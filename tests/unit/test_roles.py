@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -20,7 +21,7 @@ from llamarl.config import RunConfig, parse_config
 from llamarl.errors import ConfigError
 from llamarl.launch import sync_run
 from llamarl.launch.sync_run import run_sync
-from llamarl.protocol import Control
+from llamarl.protocol import Control, ScoredGroup, TypedArray
 from llamarl.rewards.custom import UserReward
 from llamarl.roles import build
 from llamarl.roles.base import RoleResult, run_role
@@ -137,6 +138,25 @@ def test_repeated_resumes_from_one_checkpoint_keep_the_gate_at_the_trained_versi
         store.publish_version(version, {})
     store.claim_tickets("g0", 1000, lease_s=60, max_staleness=k, prompts_per_step=pps)
     assert store.ledger()["issued"] == (6 + k + 1) * pps, "the gate must open with training"
+
+
+def test_a_resume_reissues_at_once_what_was_issued_to_the_trainer_before_it() -> None:
+    """The rollouts the last trainer held, or that were on their way to it, died with it: a
+    resume reissues their tickets at once, not when their leases (a minute) run out. The group
+    its checkpoint holds stays with it; a lost step's tickets are reissued too."""
+    store = MemoryStore()
+    store.publish_version(0, {})
+    claimed = store.claim_tickets("g0", 6, lease_s=60, max_staleness=1, prompts_per_step=4)
+    assert [t.ticket_id for t in claimed] == [0, 1, 2, 3, 4, 5]
+    store.end_tickets([(0, "trained"), (1, "trained")])  # a step past the checkpoint, lost
+    rewards = TypedArray.from_numpy(np.array([1.0, 0.0], dtype=np.float32))
+    held = ScoredGroup(group=rollout_group(2), rewards=rewards, scorer="exact_int")
+    checkpoint = TrainerState(step=0, policy_version=0, buffer=[held])
+    resumed = resume(store, checkpoint, every_steps=1, lost=[{"ticket_id": 0}, {"ticket_id": 1}])
+    assert resumed is not None and [g.group.ticket_id for g in resumed[1]] == [2]
+    again = store.claim_tickets("g1", 10, lease_s=60, max_staleness=1, prompts_per_step=4)
+    reissued = sorted(t.ticket_id for t in again if t.reissued)
+    assert reissued == [0, 1, 3, 4, 5], "every ticket issued and not held, none after its lease"
 
 
 def _fast_beating_trainer(tmp_path: Path, worker_id: str) -> tuple[RoleRuntime, MemoryStore, FakeClock]:
