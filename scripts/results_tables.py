@@ -37,6 +37,7 @@ TABLES: dict[str, tuple[Path, Callable[[], list[str]]]] = {
     "bus table": (DOCS / "benchmarks.md", transports.bus),
     "sandbox table": (DOCS / "benchmarks.md", costs.sandbox),
     "adapters figures": (DOCS / "benchmarks.md", costs.adapters),
+    "trainer crash table": (DOCS / "benchmarks.md", costs.resume),
     "engines table": (DOCS / "engines.md", engines.engines),
     "vLLM async-vs-sync table": (DOCS / "engines.md", async_sync.smollm2_vllm),
     "vLLM learning curves": (DOCS / "engines.md", learning.smollm2_vllm),

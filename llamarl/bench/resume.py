@@ -6,7 +6,9 @@ of a pair from one shared supervised warm start and on the same prompts. In the 
 trainer is SIGKILLed once the run has recorded `--kill-at` steps (a crash between checkpoints);
 `llamarl run` restarts it, it resumes from its newest checkpoint, reopens the tickets trained after
 it, and the run finishes. Per run: the share of issued tickets dropped as stale, tickets reopened
-and reissued, wall time. The output ends with one JSON line (median, min and max per arm).
+and reissued, wall time. The layout's profile (`workers.layout: auto`) is made once per pair, up
+front, so that neither arm's wall time includes it (`profiled_in_run` says so per run). The output
+ends with one JSON line (median, min and max per arm).
 """
 
 from __future__ import annotations
@@ -82,7 +84,9 @@ def run_once(tree: dict[str, Any], name: str, work_dir: Path, kill_at: int | Non
     drop_weights(run_dir)
     summary = json.loads(out.strip().splitlines()[-1])
     ledger = summary["ledger"]
+    layout = json.loads((run_dir / "layout.json").read_text())
     return {
+        "profiled_in_run": not layout.get("prediction", {}).get("profile_cached", True),
         "issued": ledger["issued"],
         "dropped_stale": ledger["dropped_stale"],
         "dropped_pct": round(100 * ledger["dropped_stale"] / ledger["issued"], 2),
@@ -93,6 +97,14 @@ def run_once(tree: dict[str, Any], name: str, work_dir: Path, kill_at: int | Non
     }
 
 
+def profile_up_front(tree: dict[str, Any], config: Path) -> None:
+    """`llamarl bench profile` of the pair's config, cached for both its runs."""
+    config.write_text(yaml.safe_dump(tree))
+    done = subprocess.run(supervise.llamarl_command("bench", "profile", str(config)), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"profile of {config} failed: {done.stderr[-2000:]}")
+
+
 def bench(config_path: Path, seeds: list[int], steps: int, kill_at: int, work_dir: Path) -> dict[str, Any]:
     work_dir.mkdir(parents=True, exist_ok=True)
     base = read_tree(config_path)
@@ -100,6 +112,7 @@ def bench(config_path: Path, seeds: list[int], steps: int, kill_at: int, work_di
     pairs = []
     for index, seed in enumerate(seeds):
         tree = warm_start(base | {"seed": seed}, work_dir)
+        profile_up_front(tree, work_dir / f"profile-{seed}.yaml")
         pair: dict[str, Any] = {"seed": seed}
         for arm, kill in (("undisturbed", None), ("crashed", kill_at)):
             pair[arm] = run_once(tree, f"resume-{arm}-{index}", work_dir, kill)

@@ -1,9 +1,9 @@
 """docs/benchmarks.md's smaller benches: continuous batching against static, a sandboxed Python
-call, and what LoRA adapters cost a generator."""
+call, what LoRA adapters cost a generator, and what a trainer crash costs a run."""
 
 from __future__ import annotations
 
-from tables.figures import load, rounded, spread, thousands
+from tables.figures import counted, load, of, rounded, spread, thousands
 
 
 def batching() -> list[str]:
@@ -48,4 +48,33 @@ def adapters() -> list[str]:
         f"takes {spread(result['peft_layers_s'], 2, ' s')} against {spread(result['plain_or_merged_s'], 2, ' s')} "
         f"for the plain model, which is what a generator that merged each version into its base would pay: the "
         f"unmerged adapters cost **{spread(result['peft_over_merged'])}** ({result['pairs']} interleaved pairs)."
+    ]
+
+
+def resume() -> list[str]:
+    """`llamarl bench resume`: an undisturbed run against one whose trainer is SIGKILLed, pair by
+    pair: the tickets each issued, dropped, reopened and reissued, and its wall time."""
+    result = load("resume.json")
+    pairs = result["pairs"]
+
+    def row(label: str, key: str, digits: int | None = None) -> str:
+        """A count (`digits` None) or a figure to `digits` decimals, of each arm over the pairs."""
+        cells = [of([pair[arm][key] for pair in pairs]) for arm in ("undisturbed", "crashed")]
+        shown = [counted(c) if digits is None else spread(c, digits, "") for c in cells]
+        return f"| {label} | {shown[0]} | {shown[1]} |"
+
+    cost = of([pair["crashed"]["wall_s"] - pair["undisturbed"]["wall_s"] for pair in pairs])
+    return [
+        f"| {len(pairs)} pairs of {result['steps']} steps, median (min-max) | undisturbed "
+        f"| trainer SIGKILLed at step {result['kill_at_step']} |",
+        "|---|---|---|",
+        row("tickets issued", "issued"),
+        row("dropped as stale, % of issued", "dropped_pct", 2),
+        row("tickets reopened (trained after the checkpoint, update lost)", "reopened"),
+        row("tickets reissued to a generator", "reissued"),
+        row("trainer restarts", "trainer_restarts"),
+        row("wall time, s", "wall_s", 1),
+        "",
+        f"The crash costs **{spread(cost, 1, ' s')}** of wall time a run (crashed less undisturbed, pair by pair), "
+        f"checkpoints every {result['checkpoint_every']} steps.",
     ]
