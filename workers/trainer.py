@@ -20,7 +20,7 @@ from llamarl.roles import build
 from llamarl.roles.base import RoleResult, run_role
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.store import RedisStore
-from llamarl.training.parallel import TrainerRanks
+from llamarl.training.parallel import TrainerRanks, leaving
 from workers.common import load_worker_config, parse_worker_args, run_worker
 
 log = structlog.get_logger(__name__)
@@ -29,11 +29,8 @@ log = structlog.get_logger(__name__)
 def train(runtime: RoleRuntime) -> RoleResult:
     config = runtime.config
     ranks = TrainerRanks.from_env(config.trainer.device, config.trainer.ranks_timeout_s, config.run_id)
-    try:
+    with leaving(ranks):
         return run_role(build.trainer(runtime, ranks=ranks))
-    finally:
-        if ranks is not None:
-            ranks.close()
 
 
 def run_rank(argv: list[str] | None) -> int:
@@ -56,10 +53,10 @@ def run_rank(argv: list[str] | None) -> int:
     assert config.redis.url is not None, "the launcher gives every trainer rank redis.url"
     store = RedisStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
     try:
-        run_role(build.trainer_follower(config, ranks, store))
+        with leaving(ranks):
+            run_role(build.trainer_follower(config, ranks, store))
     finally:
         store.close()
-        ranks.close()
     return 0
 
 

@@ -363,6 +363,8 @@ class Trainer:
                 runtime.add_time("wait_s", started)
             if ready:
                 self.train_step()
+            elif self.ranks is not None:
+                self.ranks.check_ranks(runtime.config.workers.heartbeat_s)
         summary = self.finish("async")
         return RoleResult(runtime.role, runtime.worker_id, self.step, summary)
 

@@ -4,7 +4,8 @@ It holds a replica of the model (DistributedDataParallel keeps it equal to rank 
 optimizer, and follows `llamarl.training.parallel.Order`s: `step` trains on this rank's share of the
 groups (the gradients are summed over ranks inside the step), `publish` stages this rank's shard
 of the version, which its publisher thread exposes to the generators and records in the store
-(`put_version_shard`) for rank 0 to announce, and `stop` ends it. Sharded ranks (fsdp) also
+(`put_version_shard`) for rank 0 to announce, `check` asks nothing (rank 0 checks that every rank
+is there) and `stop` ends it. Sharded ranks (fsdp) also
 `evaluate` beside rank 0 (its forward passes gather every rank's shards; the result is rank 0's
 to report) and `checkpoint` (each writes its shards). It has no bus or ledger of its own: rank 0
 keeps those, and the rest of each checkpoint, for the whole trainer.

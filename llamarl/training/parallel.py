@@ -13,14 +13,19 @@ one model). Each rank then sends its own shard of a version to the generators.
 
 A follower waits for the next order up to `trainer.ranks_timeout_s` (rank 0 may be waiting for
 rollouts, evaluating or checkpointing meanwhile); when any rank dies torchrun ends the others,
-and the launcher restarts them all from the newest checkpoint.
+and the launcher restarts them all from the newest checkpoint. torchrun sees only the ranks of
+its own host, so rank 0, while it waits for rollouts, sends a `check` (nothing to do) once it has
+sent nothing for a heartbeat (`check_ranks`): a rank that died on another host makes it fail,
+instead of every rank waiting for the next order while generators wait for their weights.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import MutableMapping, Sequence
+import time
+from collections.abc import Iterator, MutableMapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,14 +40,14 @@ from llamarl.protocol import ScoredGroup, decode, encode, make_envelope
 
 log = structlog.get_logger(__name__)
 MAX_ORDER_BYTES = 1 << 31
-OPS = ("step", "publish", "evaluate", "checkpoint", "stop")
+OPS = ("step", "publish", "evaluate", "checkpoint", "check", "stop")
 
 
 @dataclass(frozen=True)
 class Order:
     """What rank 0 tells the other ranks: train a step on `groups`, publish `policy_version`,
     evaluate or write the checkpoint of `step` with it (sharded ranks only: both need every
-    rank's shards), or stop."""
+    rank's shards), check that every rank is there (nothing to do), or stop."""
 
     op: str
     step: int = 0
@@ -93,6 +98,8 @@ class TrainerRanks:
         self.world = world
         self.device = device
         self.run_id = run_id
+        self.last_sent = time.monotonic()
+        """When rank 0 last sent an order (`check_ranks`)."""
 
     @classmethod
     def from_env(cls, device: str, timeout_s: float, run_id: str) -> TrainerRanks | None:
@@ -130,6 +137,13 @@ class TrainerRanks:
     def send(self, order: Order) -> None:
         """Rank 0: broadcast an order to every other rank."""
         self._broadcast(_encode_order(order, self.run_id))
+        self.last_sent = time.monotonic()
+
+    def check_ranks(self, every_s: float) -> None:
+        """Rank 0, waiting: a `check` order when none has gone out for `every_s`; it raises
+        when a rank has died (a torchrun of another host cannot tell this one)."""
+        if time.monotonic() - self.last_sent >= every_s:
+            self.send(Order("check"))
 
     def receive(self) -> Order:
         """Another rank: the next order from rank 0 (waits up to trainer.ranks_timeout_s)."""
@@ -153,14 +167,33 @@ class TrainerRanks:
         except (RuntimeError, dist.DistError) as err:
             log.warning("could not stop the other trainer ranks", error=str(err)[:160])
 
-    def close(self) -> None:
-        """Leave the group once every rank is here (up to CLOSE_WAIT_S): a rank that tore its
-        group down while another still talked to it made that one abort ("terminate called
-        without an active exception"). A rank that never comes (it died) is not waited for."""
+    def close(self, wait: bool = True) -> None:
+        """Leave the group, at the end of a run once every rank is here (up to CLOSE_WAIT_S): a
+        rank that tore its group down while another still talked to it made that one abort
+        ("terminate called without an active exception"). A rank that never comes (it died) is
+        not waited for. After a failure (`wait` False) it leaves at once: a rank waiting for the
+        others here kept open the sockets that another rank, still in a collective with it,
+        needed to see closed to fail too (it waited `trainer.ranks_timeout_s`, an hour)."""
         if not dist.is_initialized():
             return
-        try:
-            dist.monitored_barrier(timeout=datetime.timedelta(seconds=CLOSE_WAIT_S))
-        except RuntimeError as err:
-            log.warning("trainer ranks did not all reach the end", error=str(err)[:200])
+        if wait:
+            try:
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=CLOSE_WAIT_S))
+            except RuntimeError as err:
+                log.warning("trainer ranks did not all reach the end", error=str(err)[:200])
         dist.destroy_process_group()
+
+
+@contextmanager
+def leaving(ranks: TrainerRanks | None) -> Iterator[None]:
+    """Leave the group when the block ends: with the other ranks when it ended, at once when
+    it raised (`TrainerRanks.close`). Nothing for a trainer of one process (None)."""
+    if ranks is None:
+        yield
+        return
+    try:
+        yield
+    except BaseException:
+        ranks.close(wait=False)
+        raise
+    ranks.close()

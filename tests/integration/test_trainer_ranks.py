@@ -4,13 +4,15 @@ three steps too, and its sharded weight sync reproduces the trainer's weights in
 generator, bit for bit in float32 and within the cast's rounding in bfloat16 (two rank
 processes, each publishing its own shard: a run of whole tensors from replicas, or its FSDP
 chunks of every tensor; two generator processes; over shm and over gloo). A checkpoint of two
-FSDP ranks resumes in one process."""
+FSDP ranks resumes in one process. An idle rank 0 notices a rank that died."""
 
 from __future__ import annotations
 
 import dataclasses
 import multiprocessing as mp
 import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -324,3 +326,47 @@ def test_a_two_rank_sharded_checkpoint_resumes_in_one_process(tmp_path: Path) ->
     weights = flatten(alone.policy.model, 3).buffer.numpy()
     assert np.abs(weights - results[0]).max() <= TOLERANCE * np.abs(weights).max()
     assert np.array_equal(results[0], results[1])
+
+
+def idle_rank(rank: int, world: int, port: int, out: Any) -> None:
+    """Rank 1 follows orders until it is killed; rank 0 waits for rollouts that never come,
+    checking its ranks every 0.1 s, and reports whether (and how) a check failed."""
+    ranks = join_group(rank, world, port)
+    if rank == 1:
+        out.put((1, "following"))
+        while True:
+            ranks.receive()
+    deadline = time.monotonic() + 60
+    checks = 0
+    while time.monotonic() < deadline:
+        try:
+            ranks.check_ranks(0.1)
+        except (RuntimeError, dist.DistError) as err:
+            out.put((0, f"failed after {checks} checks: {err}"[:200]))
+            return
+        checks += 1
+        if checks == 1:
+            out.put((0, "checked"))
+        time.sleep(0.05)
+    out.put((0, "never failed"))
+
+
+def test_a_rank_that_dies_while_rank_0_waits_for_rollouts_is_noticed() -> None:
+    """torchrun sees only its own host's ranks: with rank 0 idle, a rank killed on another host
+    went unnoticed and every rank waited for the next order. Rank 0's `check` orders fail once
+    a rank has died, so its process ends and its torchrun with it."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    store = group_store()
+    procs = [ctx.Process(target=idle_rank, args=(r, 2, store.port, out)) for r in range(2)]
+    for proc in procs:
+        proc.start()
+    try:
+        assert sorted(out.get(timeout=120) for _ in procs) == [(0, "checked"), (1, "following")]
+        os.kill(procs[1].pid, signal.SIGKILL)
+        rank, outcome = out.get(timeout=90)
+        assert rank == 0 and outcome.startswith("failed after"), outcome
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.join(30)
