@@ -42,6 +42,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,16 @@ def warm_start(tree: dict[str, Any], work_dir: Path) -> dict[str, Any]:
         "model": tree.get("model", {}) | {"path": str(start)},
         "trainer": tree["trainer"] | {"sft_steps": 0},
     }
+
+
+def profile_config(config: Path, fresh: bool = False) -> float:
+    """`llamarl bench profile CONFIG` (cached, as `workers.layout: auto` reads it; `fresh`
+    measures it anew); the seconds it took."""
+    started = time.perf_counter()
+    done = _cli("bench", "profile", str(config), *(["--fresh"] if fresh else []))
+    if done.returncode != 0:
+        raise RuntimeError(f"profile of {config} failed: {done.stderr[-2000:]}")
+    return round(time.perf_counter() - started, 2)
 
 
 def run_variant(tree: dict[str, Any], mode: str, name: str, work_dir: Path) -> subprocess.Popen[str]:

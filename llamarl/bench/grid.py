@@ -25,16 +25,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from llamarl.bench.async_vs_sync import clean_step_s, run_once
+from llamarl.bench.async_vs_sync import clean_step_s, profile_config, run_once
 from llamarl.bench.stats import spread
 from llamarl.config.run import read_tree
-from llamarl.launch.supervise import llamarl_command
 
 SHAPES = {
     "demo": "configs/tiny.yaml",
@@ -51,15 +48,6 @@ WARMUP = {"smollm2_train_heavy": 3, "smollm2_generation_heavy": 3}
 """Steps left out of seconds per step at the start of every run, sync and async alike (default
 1): a 135M model's first training steps grow the process's heap and optimizer state (a
 one-thread trainer's first three took 19, 10 and 5 s, then 2.6-3.1 s each)."""
-
-
-def _profile_s(config: str, fresh: bool) -> float:
-    command = llamarl_command("bench", "profile", config)
-    started = time.perf_counter()
-    done = subprocess.run([*command, "--fresh"] if fresh else command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"profile of {config} failed: {done.stderr[-2000:]}")
-    return round(time.perf_counter() - started, 2)
 
 
 def _tree(config: str, steps: int) -> dict[str, Any]:
@@ -104,7 +92,7 @@ def _other(layout: dict[str, Any]) -> str:
 
 def shape(name: str, config: str, pairs: int, work_dir: Path) -> dict[str, Any]:
     steps, warmup = STEPS.get(name, DEFAULT_STEPS), WARMUP.get(name, 1)
-    profile = {"fresh_s": _profile_s(config, fresh=True), "cached_s": _profile_s(config, False)}
+    profile = {"fresh_s": profile_config(Path(config), fresh=True), "cached_s": profile_config(Path(config))}
     tree = _tree(config, steps)
     runs: dict[str, list[dict[str, Any]]] = {"sync": [], "default": [], "other": []}
     for pair in range(pairs):

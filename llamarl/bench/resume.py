@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from llamarl.bench.async_vs_sync import drop_weights, warm_start
+from llamarl.bench.async_vs_sync import drop_weights, profile_config, warm_start
 from llamarl.bench.stats import spread
 from llamarl.config import parse_config
 from llamarl.config.run import read_tree
@@ -97,14 +97,6 @@ def run_once(tree: dict[str, Any], name: str, work_dir: Path, kill_at: int | Non
     }
 
 
-def profile_up_front(tree: dict[str, Any], config: Path) -> None:
-    """`llamarl bench profile` of the pair's config, cached for both its runs."""
-    config.write_text(yaml.safe_dump(tree))
-    done = subprocess.run(supervise.llamarl_command("bench", "profile", str(config)), capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"profile of {config} failed: {done.stderr[-2000:]}")
-
-
 def bench(config_path: Path, seeds: list[int], steps: int, kill_at: int, work_dir: Path) -> dict[str, Any]:
     work_dir.mkdir(parents=True, exist_ok=True)
     base = read_tree(config_path)
@@ -112,7 +104,9 @@ def bench(config_path: Path, seeds: list[int], steps: int, kill_at: int, work_di
     pairs = []
     for index, seed in enumerate(seeds):
         tree = warm_start(base | {"seed": seed}, work_dir)
-        profile_up_front(tree, work_dir / f"profile-{seed}.yaml")
+        profiled = work_dir / f"profile-{seed}.yaml"  # cached for both runs of the pair
+        profiled.write_text(yaml.safe_dump(tree))
+        profile_config(profiled)
         pair: dict[str, Any] = {"seed": seed}
         for arm, kill in (("undisturbed", None), ("crashed", kill_at)):
             pair[arm] = run_once(tree, f"resume-{arm}-{index}", work_dir, kill)
