@@ -103,7 +103,10 @@ class DataParallel(ABC):
 
 class Replicas(DataParallel):
     """Every rank a whole replica under DistributedDataParallel (whose constructor gives every
-    rank rank 0's weights)."""
+    rank rank 0's weights). Its buffers (rotary frequencies) are computed alike on every rank and
+    not broadcast in each forward call: ranks make different numbers of forward calls (a group
+    of one-token completions takes one, a longer one two), and a broadcast per call would pair
+    one rank's with another's next and hang the group."""
 
     lockstep = False
     one_pass = False
@@ -113,7 +116,7 @@ class Replicas(DataParallel):
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids)
+        return DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
 
     def gradient_sync(self, wrapped: torch.nn.Module, last: bool) -> Any:
         if last:

@@ -107,11 +107,16 @@ def train_rank(rank: int, world: int, port: int, out: Any) -> None:
 def run_two_ranks(target: Any, *args: Any) -> list[Any]:
     """Spawn `target(rank, 2, port, *args, out)` as two ranks of a gloo group; what each put on
     `out` (a tuple starting with its rank), in rank order."""
+    return run_ranks(2, target, *args)
+
+
+def run_ranks(world: int, target: Any, *args: Any) -> list[Any]:
+    """`run_two_ranks` with `world` ranks."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     store = group_store()
     port = store.port
-    procs = [ctx.Process(target=target, args=(r, 2, port, *args, out)) for r in range(2)]
+    procs = [ctx.Process(target=target, args=(r, world, port, *args, out)) for r in range(world)]
     for proc in procs:
         proc.start()
     results = sorted((out.get(timeout=120) for _ in procs), key=lambda item: item[0])
