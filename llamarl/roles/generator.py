@@ -205,6 +205,12 @@ class Generator:
         if self.evaluations is not None:
             self.evaluations.after_version(self.policy_version)
 
+    def evaluate_held(self) -> None:
+        """Take over chunks of the held version's evaluation whose claimers died (at most once
+        a heartbeat; `llamarl.roles.held_out`)."""
+        if self.evaluations is not None:
+            self.evaluations.while_holding(self.policy_version)
+
     def take_up_newer(self) -> None:
         """Between an episode's turns: swap in a version announced meanwhile, so the next turns
         are sampled with it (each token keeps the version that sampled it)."""
@@ -306,6 +312,7 @@ class Generator:
             runtime.beat(policy_version=self.policy_version)
             if runtime.stopping:
                 break
+            self.evaluate_held()
             gate_closed = self.policy_version < 0 or runtime.clock() < self.claim_at
             self.follow_versions(WAIT_MS if not len(in_flight) and gate_closed else 0)
             self.fill()
@@ -335,6 +342,7 @@ class Generator:
             runtime.beat(policy_version=self.policy_version)
             if runtime.stopping:
                 break
+            self.evaluate_held()
             # After a claim that got nothing the gate is closed until a newer version (or, with
             # dynamic sampling, a skipped ticket's slot coming back): wait up to WAIT_MS for an
             # announcement instead of polling. Otherwise only look for one.

@@ -5,17 +5,24 @@ generators, held by the staleness gate, wait with it; a generator that evaluates
 generating, and the trainer waits for its rollouts. Instead (`trainer.evaluate_on: shared`, the
 default) the held-out prompts are cut into chunks of one evaluation batch (`CHUNK`: a chunk is
 computed the same way wherever it runs), and every process holding the version of an evaluation
-step takes chunks in turn from the store until none is left (`Store.claim_evaluation_chunk`:
-each chunk exactly once): the trainer right after it publishes that version, and each generator
-that takes up exactly that version. Both cores evaluate at once, and both go back to RL together.
-Each evaluated chunk is appended to the store's list (JSON); the trainer reads the list once a
-step, and once every chunk of a step is in, writes the whole evaluation into that step's metrics
+step takes chunks in turn from the store until none is left (`Store.claim_evaluation_chunk`):
+the trainer right after it publishes that version, and each generator that takes up exactly
+that version. Both cores evaluate at once, and both go back to RL together. A claim records its
+claimer; once the worker registry no longer reports that claimer alive (its heartbeats lapsed
+for `workers.heartbeat_ttl_s`, it stopped, or it registered again: a restart), the next process
+holding the version to ask takes the chunk over, and a generator asks again once a heartbeat
+while it holds the version. Only the chunk's current claim may add its result, so each chunk is
+counted once and a late result from a claimer presumed dead is refused (and counted). Each
+evaluated chunk is appended to the store's list (JSON); the trainer reads the list once a step,
+and once every chunk of a step is in, writes the whole evaluation into that step's metrics
 record (`held_out_accuracy`, with `eval_step` and `eval_version`: the step and the one version
 evaluated, and `eval_wall_s`: from the first chunk's start to the last one's end) and into
-RUN_DIR/samples.jsonl. At the last step it waits (up to `sync.timeout_s`) for every claimed
-chunk. The evaluations before RL and after the last step, every evaluation of a sync run, and
-those of a trainer that cannot share (`shares_evaluations`) are the trainer's own, whole. An
-entry that is not a well-formed chunk is refused and counted (`malformed_evaluation`).
+RUN_DIR/samples.jsonl. At the last step it waits (up to `sync.timeout_s`) for every chunk that a
+live claimer holds; an evaluation missing a chunk whose claimer died, with no process left
+holding its version to take it over, is not recorded. The evaluations before RL and after the
+last step, every evaluation of a sync run, and those of a trainer that cannot share
+(`shares_evaluations`) are the trainer's own, whole. An entry that is not a well-formed chunk is
+refused and counted (`malformed_evaluation`).
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import structlog
+
 from llamarl.config import RunConfig
 from llamarl.observe.progress import Listener
 from llamarl.roles.runtime import RoleRuntime
@@ -34,6 +43,7 @@ from llamarl.tasks import Example
 from llamarl.training.eval_sets import EvalSet, SetSums, add_sums, set_metrics
 from llamarl.training.evaluate import BATCH_SIZE, Evaluation, merged
 
+log = structlog.get_logger(__name__)
 CHUNK = BATCH_SIZE
 """Held-out prompts a chunk: one evaluation batch, so it is computed alike on every role."""
 MAX_SAMPLES = 16
@@ -212,28 +222,34 @@ def _set_sums(value: Any) -> dict[str, SetSums]:
 
 def take_part(runtime: RoleRuntime, held_out: HeldOutSet, version: int) -> int:
     """Evaluate chunks of `version`'s evaluation, if one is open, with the weights of `version`
-    (which the caller holds) until none is left unclaimed; the number evaluated here."""
+    (which the caller holds) until none is left unclaimed, taking over those of dead claimers;
+    the number evaluated here and added (a chunk taken over meanwhile is refused, and counted)."""
     done = 0
     store = runtime.store
-    while (index := store.claim_evaluation_chunk(version, held_out.num_chunks)) is not None:
+    while (claim := store.claim_evaluation_chunk(version, held_out.num_chunks, runtime.worker_id)) is not None:
+        if claim.attempt:
+            runtime.count("evaluation_chunks_taken_over")
         started = time.time()
         with runtime.keep_alive("evaluating") as phase:
-            result = held_out.chunk(index, phase.report)
+            result = held_out.chunk(claim.chunk, phase.report)
         chunk = EvaluatedChunk(
             version,
-            index,
+            claim.chunk,
             held_out.num_chunks,
             result.num_prompts,
             result.accuracy,
             result.first_turn_accuracy,
-            result.samples[:MAX_SAMPLES] if index == 0 else [],
+            result.samples[:MAX_SAMPLES] if claim.chunk == 0 else [],
             started,
             time.time(),
             runtime.worker_id,
             result.sets,
         )
-        store.add_evaluation(json.dumps(asdict(chunk)))
-        done += 1
+        if store.add_evaluation(claim, json.dumps(asdict(chunk))):
+            done += 1
+        else:  # this worker was presumed dead and the chunk claimed again
+            runtime.count("evaluation_chunks_refused")
+            log.warning("evaluated chunk refused: claimed again meanwhile", policy_version=version, chunk=claim.chunk)
     return done
 
 
@@ -250,11 +266,13 @@ def shares_evaluations(config: RunConfig) -> bool:
 
 class GeneratorEvaluations:
     """A generator's side: take part in the evaluation of each version it takes up for which
-    the trainer opened one."""
+    the trainer opened one, and, while it holds that version, take over the chunks of claimers
+    that died."""
 
     def __init__(self, runtime: RoleRuntime, held_out: HeldOutSet) -> None:
         self.runtime = runtime
         self.held_out = held_out
+        self.next_check = -math.inf
 
     def after_version(self, version: int) -> None:
         timer = self.runtime.timer
@@ -267,6 +285,14 @@ class GeneratorEvaluations:
             self.runtime.add_time("eval_s", started)
         if not was_busy:
             timer.idle()
+
+    def while_holding(self, version: int) -> None:
+        """Between batches, at most once a heartbeat (`workers.heartbeat_s`): evaluate the chunks
+        of `version`, which this generator holds, whose claimers the registry reports dead."""
+        now = self.runtime.clock()
+        if now >= self.next_check:
+            self.next_check = now + self.runtime.config.workers.heartbeat_s
+            self.after_version(version)
 
 
 class TrainerEvaluations:
@@ -302,13 +328,13 @@ class TrainerEvaluations:
 
     def take(self, wait_s: float = 0.0) -> list[HeldOut]:
         """The evaluations completed since the last call; with `wait_s`, first wait up to that
-        long for every claimed chunk to be added (the run's last step: none is left behind)."""
+        long for every chunk a live claimer holds to be added (the run's last step: none is left
+        behind, and none whose claimer died is waited for)."""
         store = self.runtime.store
         deadline = time.monotonic() + wait_s
-        entries = store.evaluations(self.seen)
-        while self.seen + len(entries) < store.claimed_evaluations() and time.monotonic() < deadline:
+        while time.monotonic() < deadline and store.awaited_evaluations():
             time.sleep(WAIT_POLL_S)
-            entries = store.evaluations(self.seen)
+        entries = store.evaluations(self.seen)
         self.seen += len(entries)
         done = []
         for text in entries:

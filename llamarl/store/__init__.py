@@ -14,12 +14,13 @@ from llamarl.store.interfaces import (
     admission_bound,
 )
 from llamarl.store.memory import MemoryStore
-from llamarl.store.records import LEDGER_FIELDS, OUTCOMES, Ticket, WorkerBeat, WorkerInfo
+from llamarl.store.records import LEDGER_FIELDS, OUTCOMES, EvaluationClaim, Ticket, WorkerBeat, WorkerInfo
 from llamarl.store.redis_store import RedisStore, without_password
 
 __all__ = [
     "LEDGER_FIELDS",
     "OUTCOMES",
+    "EvaluationClaim",
     "Ledger",
     "MemoryStore",
     "RedisStore",

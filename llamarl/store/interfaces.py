@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from llamarl.store.records import Ticket, WorkerBeat, WorkerInfo
+from llamarl.store.records import EvaluationClaim, Ticket, WorkerBeat, WorkerInfo
 
 
 def admission_bound(policy_version: int, max_staleness: int, prompts_per_step: int) -> int:
@@ -187,17 +187,24 @@ class HeldOutLog(Protocol):
         """Open the held-out evaluation of `policy_version` (the trainer, before announcing it)."""
         ...
 
-    def claim_evaluation_chunk(self, policy_version: int, num_chunks: int) -> int | None:
-        """The next unclaimed one of the `num_chunks` chunks of `policy_version`'s evaluation
-        (each claimed exactly once, by whoever asks first); None when none is open or left."""
+    def claim_evaluation_chunk(self, policy_version: int, num_chunks: int, worker_id: str) -> EvaluationClaim | None:
+        """A chunk of `policy_version`'s evaluation for `worker_id`, who holds that version's
+        weights: first one whose claimer the registry no longer reports alive (its next attempt),
+        else the next of the `num_chunks` never claimed (attempt 0); None when none is open or
+        left. A claim records its claimer and the `pid` of its registration: a claimer that
+        stopped, whose TTL lapsed or that registered again (a restart) holds it no longer, and a
+        worker not alive when it claims holds a claim anyone may take."""
         ...
 
-    def claimed_evaluations(self) -> int:
-        """How many evaluation chunks have been claimed, every step's together."""
+    def awaited_evaluations(self) -> int:
+        """How many claimed chunks, every evaluation's together, are not in yet and still held
+        by a live claimer (what a trainer's last step waits for)."""
         ...
 
-    def add_evaluation(self, entry: str) -> None:
-        """Append one evaluated chunk (JSON text)."""
+    def add_evaluation(self, claim: EvaluationClaim, entry: str) -> bool:
+        """Append one evaluated chunk (JSON text) when `claim` is still the chunk's current
+        attempt (then the chunk is no longer awaited nor claimable); False, changing nothing, for
+        an attempt claimed again meanwhile, a chunk already in or one never claimed."""
         ...
 
     def evaluations(self, start: int = 0) -> list[str]:

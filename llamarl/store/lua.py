@@ -1,4 +1,5 @@
-"""The atomic Redis scripts behind versions, admission, leases and the ledger (Redis >= 6.2 EVAL).
+"""The atomic Redis scripts behind versions, admission, leases, the ledger and evaluation claims
+(Redis >= 6.2 EVAL).
 
 Time comes from Redis itself (TIME), so lease expiry does not depend on worker clocks.
 """
@@ -154,15 +155,77 @@ end
 return count
 """
 
-CLAIM_EVALUATION_CHUNK = """
--- KEYS: evaluation_claims, evaluation_chunks. ARGV: version, num_chunks
--- The next unclaimed chunk of the version's held-out evaluation (0-based), counted in
--- evaluation_chunks; -1 when no evaluation of the version is open or every chunk is claimed.
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return -1 end
-local taken = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-if taken > tonumber(ARGV[2]) then return -1 end
-redis.call('INCR', KEYS[2])
-return taken - 1
+_CLAIMERS = """
+-- evaluation_claimers: '<version>:<chunk>' -> JSON [attempt, claimer's worker id, the pid of
+-- its registration, or false when the registry did not report it alive as it claimed].
+-- ARGV[1]: the registry's key prefix (worker hashes are read by name, so this needs one Redis,
+-- not a cluster).
+local function incarnation(worker)
+  local key = ARGV[1] .. worker
+  if redis.call('EXISTS', key) == 0 or redis.call('HGET', key, 'status') == 'stopped' then
+    return false
+  end
+  return redis.call('HGET', key, 'pid') or ''
+end
+-- Whether a claim's claimer still holds it: alive, under the registration it claimed in.
+local function holds(claim)
+  return claim[3] ~= false and incarnation(claim[2]) == claim[3]
+end
+"""
+
+CLAIM_EVALUATION_CHUNK = (
+    _CLAIMERS
+    + """
+-- KEYS: evaluation_claims, evaluation_claimers. ARGV: registry prefix, version, num_chunks, worker_id
+-- Returns {chunk, attempt}: first a chunk of the version whose claimer no longer holds it (its
+-- next attempt), else the next chunk never claimed (attempt 0, counted in evaluation_claims);
+-- {} when no evaluation of the version is open or none is left.
+local taken = redis.call('HGET', KEYS[1], ARGV[2])
+if not taken then return {} end
+taken = tonumber(taken)
+local total = tonumber(ARGV[3])
+local mine = incarnation(ARGV[4])
+for chunk = 0, math.min(taken, total) - 1 do
+  local field = ARGV[2] .. ':' .. chunk
+  local held = redis.call('HGET', KEYS[2], field)
+  if held then
+    local claim = cjson.decode(held)
+    if not holds(claim) then
+      redis.call('HSET', KEYS[2], field, cjson.encode({claim[1] + 1, ARGV[4], mine}))
+      return {chunk, claim[1] + 1}
+    end
+  end
+end
+if taken >= total then return {} end
+redis.call('HSET', KEYS[1], ARGV[2], taken + 1)
+redis.call('HSET', KEYS[2], ARGV[2] .. ':' .. taken, cjson.encode({0, ARGV[4], mine}))
+return {taken, 0}
+"""
+)
+
+AWAITED_EVALUATIONS = (
+    _CLAIMERS
+    + """
+-- KEYS: evaluation_claimers. ARGV: registry prefix. Claimed chunks not in yet whose claimer
+-- still holds them.
+local count = 0
+for _, held in ipairs(redis.call('HVALS', KEYS[1])) do
+  if holds(cjson.decode(held)) then count = count + 1 end
+end
+return count
+"""
+)
+
+ADD_EVALUATION = """
+-- KEYS: evaluation_claimers, evaluations. ARGV: version, chunk, attempt, entry
+-- Appends the entry when the attempt is the chunk's current claim, which it then ends; 1 when
+-- added, 0 for an attempt claimed again meanwhile, a chunk already in or never claimed.
+local field = ARGV[1] .. ':' .. ARGV[2]
+local held = redis.call('HGET', KEYS[1], field)
+if not held or cjson.decode(held)[1] ~= tonumber(ARGV[3]) then return 0 end
+redis.call('HDEL', KEYS[1], field)
+redis.call('RPUSH', KEYS[2], ARGV[4])
+return 1
 """
 
 COMPACT_TICKETS = """

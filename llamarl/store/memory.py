@@ -22,6 +22,7 @@ from llamarl.store.interfaces import admission_bound
 from llamarl.store.records import (
     LEDGER_FIELDS,
     OUTCOMES,
+    EvaluationClaim,
     Ticket,
     WorkerBeat,
     WorkerInfo,
@@ -64,7 +65,9 @@ class MemoryStore:
         self._workers: set[str] = set()
         self._worker_entries: dict[str, tuple[float, dict[str, str]]] = {}  # (expiry, fields)
         self._rejected: dict[str, int] = {}
-        self._evaluation_claims: dict[int, int] = {}
+        self._evaluation_claims: dict[int, int] = {}  # version -> chunks ever claimed
+        # (version, chunk) -> (attempt, claimer, its registration's pid or None: not alive)
+        self._evaluation_claimers: dict[tuple[int, int], tuple[int, str, str | None]] = {}
         self._evaluations: list[str] = []
         self._run_status: str | None = None
 
@@ -323,21 +326,50 @@ class MemoryStore:
         with self._lock:
             self._evaluation_claims.setdefault(policy_version, 0)
 
-    def claim_evaluation_chunk(self, policy_version: int, num_chunks: int) -> int | None:
+    def claim_evaluation_chunk(self, policy_version: int, num_chunks: int, worker_id: str) -> EvaluationClaim | None:
         with self._lock:
             taken = self._evaluation_claims.get(policy_version)
-            if taken is None or taken >= num_chunks:
+            if taken is None:
+                return None
+            now = self.clock()
+            claimer = (worker_id, self._incarnation(worker_id, now))
+            for chunk in range(min(taken, num_chunks)):
+                held = self._evaluation_claimers.get((policy_version, chunk))
+                if held is not None and not self._holds(held, now):
+                    claim = EvaluationClaim(policy_version, chunk, held[0] + 1)
+                    self._evaluation_claimers[(policy_version, chunk)] = (claim.attempt, *claimer)
+                    return claim
+            if taken >= num_chunks:
                 return None
             self._evaluation_claims[policy_version] = taken + 1
-            return taken
+            self._evaluation_claimers[(policy_version, taken)] = (0, *claimer)
+            return EvaluationClaim(policy_version, taken, 0)
 
-    def claimed_evaluations(self) -> int:
-        with self._lock:
-            return sum(self._evaluation_claims.values())
+    def _holds(self, held: tuple[int, str, str | None], now: float) -> bool:
+        """Whether a claim's claimer still holds it: alive, under the registration it claimed in."""
+        return held[2] is not None and self._incarnation(held[1], now) == held[2]
 
-    def add_evaluation(self, entry: str) -> None:
+    def _incarnation(self, worker_id: str, now: float) -> str | None:
+        """The `pid` of the worker's registration while the registry reports it alive, else None."""
+        fields = self._live_fields(worker_id, now)
+        if not fields or fields.get("status") == "stopped":
+            return None
+        return fields.get("pid", "")
+
+    def awaited_evaluations(self) -> int:
         with self._lock:
+            now = self.clock()
+            return sum(self._holds(held, now) for held in self._evaluation_claimers.values())
+
+    def add_evaluation(self, claim: EvaluationClaim, entry: str) -> bool:
+        with self._lock:
+            key = (claim.policy_version, claim.chunk)
+            held = self._evaluation_claimers.get(key)
+            if held is None or held[0] != claim.attempt:
+                return False
+            del self._evaluation_claimers[key]
             self._evaluations.append(entry)
+            return True
 
     def evaluations(self, start: int = 0) -> list[str]:
         with self._lock:

@@ -61,3 +61,13 @@ class WorkerInfo:
     def state(self) -> str:
         """alive, done (stopped cleanly) or dead."""
         return "alive" if self.alive else "done" if self.stopped else "dead"
+
+
+@dataclass(frozen=True)
+class EvaluationClaim:
+    """A chunk of a held-out evaluation claimed by one worker: the attempt (0 first, +1 each
+    time a dead claimer's chunk is claimed again) is what its result must name to be added."""
+
+    policy_version: int
+    chunk: int
+    attempt: int

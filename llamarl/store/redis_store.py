@@ -18,6 +18,10 @@ Key schema (all under `llamarl:<run_id>:`; see docs/redis-keys.md):
                                   (status stopped: kept, no expiry)
   rejected                hash    <source>.<reason> -> rejected message count
   run_status              string  running | finished (set by the trainer; workers exit on it)
+  evaluation_claims       hash    version -> chunks of its held-out evaluation ever claimed
+  evaluation_claimers     hash    <version>:<chunk> -> JSON [attempt, claimer, its registration's pid]
+                                  while the chunk is claimed and not in
+  evaluations             list    JSON of each evaluated chunk
 Every multi-key update is one Lua script, so concurrent workers never see a half-done change.
 Calls retry a lost connection with bounded, logged backoff until `connect_deadline_s` runs out;
 a retry of a publish whose reply was lost is recognised by its id, not refused as stale.
@@ -42,6 +46,7 @@ from llamarl.store import lua
 from llamarl.store.records import (
     LEDGER_FIELDS,
     OUTCOMES,
+    EvaluationClaim,
     Ticket,
     WorkerBeat,
     WorkerInfo,
@@ -80,6 +85,8 @@ class RedisStore:
         self._expire = self.client.register_script(lua.EXPIRE_LEASES)
         self._compact = self.client.register_script(lua.COMPACT_TICKETS)
         self._claim_chunk = self.client.register_script(lua.CLAIM_EVALUATION_CHUNK)
+        self._awaited = self.client.register_script(lua.AWAITED_EVALUATIONS)
+        self._add_evaluation = self.client.register_script(lua.ADD_EVALUATION)
 
     def key(self, name: str) -> str:
         return self.prefix + name
@@ -347,18 +354,20 @@ class RedisStore:
         key = self.key("evaluation_claims")
         self._call("open evaluation", lambda: self.client.hsetnx(key, str(policy_version), 0))
 
-    def claim_evaluation_chunk(self, policy_version: int, num_chunks: int) -> int | None:
-        keys = [self.key("evaluation_claims"), self.key("evaluation_chunks")]
-        args = [policy_version, num_chunks]
-        chunk = int(self._call("claim evaluation chunk", lambda: self._claim_chunk(keys=keys, args=args)))
-        return None if chunk < 0 else chunk
+    def claim_evaluation_chunk(self, policy_version: int, num_chunks: int, worker_id: str) -> EvaluationClaim | None:
+        keys = [self.key("evaluation_claims"), self.key("evaluation_claimers")]
+        args: list[Any] = [self.key("worker:"), policy_version, num_chunks, worker_id]
+        got = self._call("claim evaluation chunk", lambda: self._claim_chunk(keys=keys, args=args))
+        return EvaluationClaim(policy_version, int(got[0]), int(got[1])) if got else None
 
-    def claimed_evaluations(self) -> int:
-        raw = self._call("claimed evaluations", lambda: self.client.get(self.key("evaluation_chunks")))
-        return int(raw or 0)
+    def awaited_evaluations(self) -> int:
+        keys, args = [self.key("evaluation_claimers")], [self.key("worker:")]
+        return int(self._call("awaited evaluations", lambda: self._awaited(keys=keys, args=args)))
 
-    def add_evaluation(self, entry: str) -> None:
-        self._call("add evaluation", lambda: self.client.rpush(self.key("evaluations"), entry))
+    def add_evaluation(self, claim: EvaluationClaim, entry: str) -> bool:
+        keys = [self.key("evaluation_claimers"), self.key("evaluations")]
+        args: list[Any] = [claim.policy_version, claim.chunk, claim.attempt, entry]
+        return bool(self._call("add evaluation", lambda: self._add_evaluation(keys=keys, args=args)))
 
     def evaluations(self, start: int = 0) -> list[str]:
         key = self.key("evaluations")

@@ -5,7 +5,8 @@ Versions only increase; the gate bounds claims by the staleness limit, a publish
 ticket ended untrained (dropped stale or skipped) gives its slot back;
 an expired lease is reissued with the next attempt and the older attempt loses it; every ticket
 ends exactly once and the ledger balances; reopening, expiring leases, compaction, the worker
-registry, the run status and the rejection counters behave the same on both.
+registry, the run status, the rejection counters and held-out evaluation claims (a dead
+claimer's chunk claimed again, its late result refused) behave the same on both.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 
 from brokers.redis_server import RedisServer
 from llamarl.errors import StaleVersionError
-from llamarl.store import OUTCOMES, Store, Ticket, WorkerBeat, admission_bound
+from llamarl.store import OUTCOMES, EvaluationClaim, Store, Ticket, WorkerBeat, admission_bound
 from tests.contract.store_backends import KINDS, Backend, open_backend
 
 GATE: dict[str, Any] = {"lease_s": 60.0, "max_staleness": 1, "prompts_per_step": 5}
@@ -463,17 +464,64 @@ def test_each_chunk_of_an_open_evaluation_is_claimed_once_and_entries_read_back_
     backend: Backend,
 ) -> None:
     store = backend.store
-    assert store.claim_evaluation_chunk(6, 2) is None, "no evaluation of version 6 is open"
+    store.register_worker("gen-0", "generator", ttl_s=60.0)
+    assert store.claim_evaluation_chunk(6, 2, "gen-0") is None, "no evaluation of version 6 is open"
     store.open_evaluation(6)
     store.open_evaluation(12)
-    assert store.claim_evaluation_chunk(6, 2) == 0
+    first = store.claim_evaluation_chunk(6, 2, "gen-0")
     store.open_evaluation(6)  # opening again changes nothing
-    assert store.claim_evaluation_chunk(6, 2) == 1
-    assert store.claim_evaluation_chunk(6, 2) is None, "every chunk is claimed"
-    assert store.claim_evaluation_chunk(12, 3) == 0
-    assert store.claimed_evaluations() == 3
+    second = store.claim_evaluation_chunk(6, 2, "gen-0")
+    assert store.claim_evaluation_chunk(6, 2, "gen-0") is None, "every chunk is claimed"
+    assert store.claim_evaluation_chunk(12, 3, "gen-0") == EvaluationClaim(12, 0, 0)
+    assert (first, second) == (EvaluationClaim(6, 0, 0), EvaluationClaim(6, 1, 0))
+    assert store.awaited_evaluations() == 3, "claimed by a live worker, none in yet"
     assert store.evaluations() == []
-    store.add_evaluation('{"chunk": 0}')
-    store.add_evaluation('{"chunk": 1}')
+    assert store.add_evaluation(first, '{"chunk": 0}') and store.add_evaluation(second, '{"chunk": 1}')
+    assert not store.add_evaluation(second, '{"chunk": 1}'), "a chunk's result is added once"
+    assert not store.add_evaluation(EvaluationClaim(12, 1, 0), "{}"), "never claimed"
     assert store.evaluations() == ['{"chunk": 0}', '{"chunk": 1}']
     assert store.evaluations(1) == ['{"chunk": 1}'] and store.evaluations(2) == []
+    assert store.awaited_evaluations() == 1
+
+
+def test_a_dead_claimers_chunk_is_claimed_again_and_its_late_result_refused(backend: Backend) -> None:
+    store = backend.store
+    store.register_worker("gen-0", "generator", ttl_s=TTL_S)
+    store.register_worker("gen-1", "generator", ttl_s=TTL_S)
+    store.open_evaluation(6)
+    lost = store.claim_evaluation_chunk(6, 1, "gen-0")
+    assert lost == EvaluationClaim(6, 0, 0)
+    assert store.claim_evaluation_chunk(6, 1, "gen-1") is None, "gen-0 is alive: the chunk stays its own"
+
+    def taken_over() -> EvaluationClaim | None:
+        store.heartbeat("gen-1", ttl_s=TTL_S)
+        return store.claim_evaluation_chunk(6, 1, "gen-1")
+
+    again = backend.until(taken_over, "gen-0's chunk claimed again once gen-0 was reported dead")
+    assert again == EvaluationClaim(6, 0, 1), "the same chunk, its next attempt"
+    assert store.awaited_evaluations() == 1, "awaited from gen-1"
+    assert not store.add_evaluation(lost, "late"), "the dead claimer's late result is refused"
+    assert store.add_evaluation(again, "taken over")
+    assert not store.add_evaluation(again, "twice")
+    assert store.evaluations() == ["taken over"], "the chunk is counted once"
+    assert store.awaited_evaluations() == 0
+    assert store.claim_evaluation_chunk(6, 1, "gen-1") is None, "nothing left to claim"
+
+
+def test_a_claim_dies_with_its_claimers_registration(backend: Backend) -> None:
+    """A worker restarted under the same id (a new pid) or stopped no longer holds its claims;
+    a claim by a worker the registry does not report alive is dead from the start."""
+    store = backend.store
+    store.register_worker("gen-0", "generator", ttl_s=60.0, pid=101)
+    store.register_worker("gen-1", "generator", ttl_s=60.0)
+    store.open_evaluation(6)
+    assert store.claim_evaluation_chunk(6, 3, "gen-0") == EvaluationClaim(6, 0, 0)
+    store.register_worker("gen-0", "generator", ttl_s=60.0, pid=102)  # restarted
+    assert store.awaited_evaluations() == 0
+    assert store.claim_evaluation_chunk(6, 3, "gen-0") == EvaluationClaim(6, 0, 1), "its predecessor's"
+    assert store.claim_evaluation_chunk(6, 3, "gen-1") == EvaluationClaim(6, 1, 0)
+    store.record_stop("gen-1")
+    assert store.claim_evaluation_chunk(6, 3, "gen-0") == EvaluationClaim(6, 1, 1), "gen-1 stopped"
+    assert store.claim_evaluation_chunk(6, 3, "ghost") == EvaluationClaim(6, 2, 0)
+    assert store.awaited_evaluations() == 2, "gen-0's two; the unregistered ghost's is not awaited"
+    assert store.claim_evaluation_chunk(6, 3, "gen-0") == EvaluationClaim(6, 2, 1)
