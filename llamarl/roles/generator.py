@@ -43,7 +43,7 @@ from llamarl.roles.runtime import RoleRuntime
 from llamarl.store import Ticket
 from llamarl.tasks import Example, PromptSet
 from llamarl.topics import ROLLOUTS, VERSIONS
-from llamarl.weightsync import WeightReceiver
+from llamarl.weightsync import VersionRecord, WeightReceiver
 
 log = structlog.get_logger(__name__)
 AGAINST_THE_RULES = ("env_error", "env_timeout", "agent_error", "agent_timeout", "max_requests")
@@ -125,8 +125,11 @@ class Generator:
 
     def sync_weights(self, meta: dict[str, str]) -> None:
         """Pull the version `meta` describes and swap it in; keep ours if the pull fails."""
+        # A trainer restarted on a new endpoint records its first version there: a request to
+        # the old one, unanswered, is dropped for it within a heartbeat.
+        record = VersionRecord(self.runtime.store.version_meta, self.runtime.config.workers.heartbeat_s)
         try:
-            version, buffer = self.receiver.fetch(meta, self.runtime.stop_requested)
+            version, buffer = self.receiver.fetch(meta, self.runtime.stop_requested, record)
         except SyncError as err:
             self.runtime.count("sync_failures")
             log.warning("weight sync failed; keeping current weights", error=str(err))

@@ -9,7 +9,7 @@ verifies size and checksum (per `sync.verify`) before it hands weights over, so 
 truncated transfer is never swapped in.
 """
 
-from llamarl.weightsync.base import Staged, WeightPublisher, WeightReceiver
+from llamarl.weightsync.base import Staged, VersionRecord, WeightPublisher, WeightReceiver
 from llamarl.weightsync.registry import (
     TRANSPORTS,
     Transport,
@@ -24,6 +24,7 @@ __all__ = [
     "TRANSPORTS",
     "Staged",
     "Transport",
+    "VersionRecord",
     "WeightPublisher",
     "WeightReceiver",
     "advertise_towards",

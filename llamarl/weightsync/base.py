@@ -32,6 +32,17 @@ def never_stop() -> bool:
 
 
 @dataclass(frozen=True)
+class VersionRecord:
+    """Where a receiver looks again while a trainer does not answer: the store's version record
+    (a restarted trainer records its first version there, at its new endpoint)."""
+
+    read: Callable[[], Mapping[str, str]]
+    """The record as it is now, in the form an announcement is stored (`Store.version_meta`)."""
+    every_s: float
+    """How long a request waits unanswered before the record is read again (a heartbeat)."""
+
+
+@dataclass(frozen=True)
 class Staged(Generic[Handle]):
     """A version's weights copied out of the model, not yet visible to generators."""
 
@@ -87,7 +98,10 @@ class WeightReceiver(ABC, Generic[Fetched]):
     Contract: `fetch` returns (policy_version, fetched): the version at least the announced one
     (a network server hands over its newest), verified per `sync.verify` before it is returned;
     any failure (timeout, dead trainer, size or checksum mismatch, a version announced over
-    another transport, a malformed reply) raises SyncError and leaves the model as it was.
+    another transport, a malformed reply) raises SyncError and leaves the model as it was. A
+    receiver that waits on a server re-reads the `record`, when given, every `record.every_s`
+    while a request is unanswered, and asks the trainer it names when that is another one (a
+    trainer restarted on a new endpoint) instead of waiting out the timeout.
     `swap_in` makes the model's weights the fetched ones; it raises SyncError when the
     architectures disagree, before it changes anything. The caller swaps in only versions newer
     than the one it holds, so the model's version only moves forward. `close` releases the
@@ -97,9 +111,11 @@ class WeightReceiver(ABC, Generic[Fetched]):
     name: ClassVar[str]
 
     @abstractmethod
-    def fetch(self, meta: Mapping[str, str], should_stop: StopCheck = never_stop) -> tuple[int, Fetched]:
+    def fetch(
+        self, meta: Mapping[str, str], should_stop: StopCheck = never_stop, record: VersionRecord | None = None
+    ) -> tuple[int, Fetched]:
         """Pull the version `meta` (an announcement, as stored) describes; waits end early when
-        `should_stop()` turns true."""
+        `should_stop()` turns true, or move on to the trainer the version `record` names."""
 
     @abstractmethod
     def swap_in(self, model: torch.nn.Module, fetched: Fetched) -> None:

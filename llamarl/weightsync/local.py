@@ -28,6 +28,7 @@ from llamarl.weightsync.base import (
     Meta,
     Staged,
     StopCheck,
+    VersionRecord,
     WeightPublisher,
     WeightReceiver,
     never_stop,
@@ -78,7 +79,9 @@ class LocalReceiver(WeightReceiver[torch.nn.Module]):
 
     name = transport_name(LocalSync)
 
-    def fetch(self, meta: Mapping[str, str], should_stop: StopCheck = never_stop) -> tuple[int, torch.nn.Module]:
+    def fetch(
+        self, meta: Mapping[str, str], should_stop: StopCheck = never_stop, record: VersionRecord | None = None
+    ) -> tuple[int, torch.nn.Module]:
         announced = Announced.parse(meta, self.name)
         publisher = _endpoints.get(announced.endpoint)
         latest = publisher.latest() if publisher is not None else None

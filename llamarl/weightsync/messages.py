@@ -67,6 +67,19 @@ class TransferReply:
 
 
 @dataclass(frozen=True)
+class TransferGo:
+    """A generator's answer to a `TransferReply`, on the same connection: go, it is receiving
+    now; or not (a size it cannot take). The server starts a transfer only on a go, so a request
+    whose generator gave up meanwhile (its connection closed, or no answer within
+    `p2p.GO_WAIT_S`) is never served."""
+
+    KIND: ClassVar[str] = "transfer_go"
+    policy_version: int
+    """The version of the reply it answers."""
+    go: bool
+
+
+@dataclass(frozen=True)
 class TransferRefusal:
     """The server's answer when it cannot serve (the version is not published yet, or no
     longer held; a bad request)."""

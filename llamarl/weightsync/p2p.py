@@ -2,23 +2,29 @@
 
 The trainer runs a `P2PWeightServer` thread: a ZeroMQ ROUTER (the sync control endpoint) and a
 TCPStore. A generator asks for a version; the server answers with its size, checksum and the
-name of the two-rank group (rank 0 trainer, rank 1 generator) that carries it, and the weights
-go over in buckets with send/recv. The group is formed on a generator's first pull and kept for
-the next ones, so a pull costs the transfer alone; generators still join and leave freely (a group
-per generator, never a global world). A transfer that fails drops that generator's group and the
-next pull forms a new one. Every wait has the sync timeout: a generator that dies mid-transfer
-costs the trainer at most one timeout, and a trainer that does not answer raises SyncError naming
-it. Transfers are served one at a time. Control messages have schemas (llamarl.weightsync.messages):
-a malformed request is refused, answered and counted through `on_reject`; a malformed reply is a
-SyncError naming the server.
+name of the two-rank group (rank 0 trainer, rank 1 generator) that carries it; the generator
+says go (`TransferGo`) on the same connection, and the weights go over in buckets with
+send/recv. Without a go (the generator gave up while its request waited: its connection is
+closed, or nothing comes within GO_WAIT_S) the request is dropped unserved, so a stale request
+never holds the server for a timeout while the generators behind it give up in turn. The group
+is formed on a generator's first pull and kept for the next ones, so a pull costs the transfer
+alone; generators still join and leave freely (a group per generator, never a global world). A
+transfer that fails drops that generator's group and the next pull forms a new one. Every wait
+has the sync timeout: a generator that dies mid-transfer costs the trainer at most one timeout,
+and a trainer that does not answer raises SyncError naming it (a generator that follows the
+version record asks a restarted trainer instead: p2p_receiver.py). Transfers are served one at a
+time. Control messages have schemas (llamarl.weightsync.messages): a malformed request is
+refused, answered and counted through `on_reject`; a malformed reply is a SyncError naming the
+server.
 
 A trainer of several ranks runs one server per rank, each serving its own shard
 (`flat.Shard`). A generator asks every shard's server for the same version, which each keeps
 for KEEP_VERSIONS publishes (a version a server has not published yet is refused as "not yet"
-and asked for again), and receives the shards side by side into one flat buffer.
+and asked for again), and receives each shard as soon as its server answers, side by side with
+the next ask, into one flat buffer: no server waits on a generator that waits on another rank.
 
-The two ends as `WeightPublisher` / `WeightReceiver` are in pair_ends.py; gloo.py and nccl.py
-name them and set the device.
+The generator's end is p2p_receiver.py; the two ends as `WeightPublisher` / `WeightReceiver` are
+in pair_ends.py; gloo.py and nccl.py name them and set the device.
 """
 
 from __future__ import annotations
@@ -27,10 +33,10 @@ import datetime
 import itertools
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 import structlog
 import torch
@@ -38,22 +44,20 @@ import torch.distributed as dist
 import zmq
 
 from llamarl.curve import Curve
-from llamarl.errors import ProtocolError, SyncError
+from llamarl.errors import ProtocolError
 from llamarl.limits import RejectHook
-from llamarl.net import address_towards, make_socket, own_address
+from llamarl.net import make_socket, own_address
 from llamarl.weightsync import messages
-from llamarl.weightsync.base import (
-    StopCheck,
-    never_stop,
-)
-from llamarl.weightsync.flat import (
-    Checksum,
-    FlatWeights,
-)
-from llamarl.weightsync.messages import TransferRefusal, TransferReply, TransferRequest
+from llamarl.weightsync.flat import FlatWeights
+from llamarl.weightsync.messages import TransferGo, TransferRefusal, TransferReply, TransferRequest
 
 log = structlog.get_logger(__name__)
 POLL_MS = 100
+GO_WAIT_S = 5.0
+"""How long a server waits for the go of a generator it answered (one that is receiving sends
+it at once); without one it moves on to the next request (capped by the sync timeout)."""
+GO_LINGER_MS = 1000
+"""A generator's go is flushed before its socket closes, for at most this long."""
 KEEP_VERSIONS = 2
 """Versions a server keeps serving: a generator asking each rank's server for one version in
 turn still finds it after the next publish."""
@@ -101,6 +105,7 @@ class P2PWeightServer:
         self._ctx = zmq.Context()
         self._auth = curve.authenticator(self._ctx) if curve is not None else None
         self._control = make_socket(self._ctx, zmq.ROUTER, 100, curve, server=True)
+        self._control.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a reply to a closed connection fails
         port = self._control.bind_to_random_port(f"tcp://{host}")
         self.endpoint = f"tcp://{advertise_host or host}:{port}"
         self.group_address = own_address(advertise_host or host)
@@ -110,8 +115,12 @@ class P2PWeightServer:
         self._stop = threading.Event()
         self._names = itertools.count()
         self._groups: dict[str, tuple[str, Any]] = {}
+        self._queued: deque[tuple[bytes, list[bytes]]] = deque()
+        """Requests read while waiting for a generator's go, served next."""
         self.num_served = 0
         self.num_failed = 0
+        self.num_abandoned = 0
+        """Requests not served: their generator had gone, or did not say go."""
         self._thread = threading.Thread(target=self._serve, name="weight-server", daemon=True)
         self._thread.start()
 
@@ -146,52 +155,88 @@ class P2PWeightServer:
 
     def _serve(self) -> None:
         while not self._stop.is_set():
-            if not self._control.poll(POLL_MS):
-                continue
-            identity, *frames = self._control.recv_multipart()
-            try:
-                request = _parse_request(frames)
-            except ProtocolError as err:  # refused and counted; the server keeps serving
-                if self.on_reject is not None:
-                    self.on_reject("bad_sync_request", str(err)[:80])
-                self._answer(identity, TransferRefusal(f"bad request: {err}", False))
-            else:
-                found = self._look_up(request.policy_version)
-                if isinstance(found, TransferRefusal):
-                    self._answer(identity, found)
-                else:
-                    self._transfer(identity, request.worker_id, request.group, found)
+            message = self._queued.popleft() if self._queued else self._receive(POLL_MS)
+            if message is not None:
+                self._handle(*message)
             with self._lock:
                 self._sending = None
 
-    def _answer(self, identity: bytes, reply: TransferReply | TransferRefusal) -> None:
-        self._control.send_multipart([identity, b"", messages.encode(reply)])
+    def _receive(self, timeout_ms: int) -> tuple[bytes, list[bytes]] | None:
+        if not self._control.poll(timeout_ms):
+            return None
+        identity, *frames = self._control.recv_multipart()
+        return identity, frames
 
-    def _transfer(self, identity: bytes, peer: str, held: str, weights: FlatWeights) -> None:
-        """Send `weights` to `peer` over its group: the one it says it `held`, if the server has
+    def _handle(self, identity: bytes, frames: list[bytes]) -> None:
+        try:
+            request = _parse_request(frames)
+        except ProtocolError as err:  # refused and counted; the server keeps serving
+            if self.on_reject is not None:
+                self.on_reject("bad_sync_request", str(err)[:80])
+            self._answer(identity, TransferRefusal(f"bad request: {err}", False))
+            return
+        if isinstance(request, TransferGo):  # late: its offer was abandoned already
+            return
+        found = self._look_up(request.policy_version)
+        if isinstance(found, TransferRefusal):
+            self._answer(identity, found)
+            return
+        name = self._group_name(request.worker_id, request.group)
+        if self._offer(identity, request.worker_id, name, found):
+            self._transfer(request.worker_id, name, found)
+
+    def _answer(self, identity: bytes, reply: TransferReply | TransferRefusal) -> bool:
+        """Send `reply`; False when its generator is gone (its connection closed: ZeroMQ knows
+        with ROUTER_MANDATORY) or reads nothing (its queue is full)."""
+        try:
+            self._control.send_multipart([identity, b"", messages.encode(reply)], zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        except zmq.ZMQError as err:
+            if err.errno != zmq.EHOSTUNREACH:
+                raise
+            return False
+        return True
+
+    def _group_name(self, peer: str, held: str) -> str:
+        """The pair group to send over: the one the generator says it `held`, if the server has
         that one too, else a new one (a restarted generator holds none)."""
         known = self._groups.get(peer)
-        if known is not None and known[0] != held:
-            known = None
-        name = known[0] if known is not None else f"w{next(self._names)}-{peer}"
-        self._answer(
-            identity,
-            TransferReply(
-                weights.policy_version,
-                weights.num_bytes,
-                weights.checksum,
-                self.store.port,
-                name,
-                self.bucket_values,
-            ),
+        return known[0] if known is not None and known[0] == held else f"w{next(self._names)}-{peer}"
+
+    def _offer(self, identity: bytes, peer: str, name: str, weights: FlatWeights) -> bool:
+        """Tell the generator what is coming over which group; whether it answers go. A request
+        may have waited here past its generator's patience: one that gave up is never served."""
+        reply = TransferReply(
+            weights.policy_version, weights.num_bytes, weights.checksum, self.store.port, name, self.bucket_values
         )
+        if self._answer(identity, reply) and self._go(identity, weights.policy_version):
+            return True
+        self.num_abandoned += 1
+        log.info("weight request abandoned by its generator; not served", peer=peer)
+        return False
+
+    def _go(self, identity: bytes, policy_version: int) -> bool:
+        """Wait up to GO_WAIT_S for the generator's go (other requests that come meanwhile are
+        queued); False on anything else from it, or nothing."""
+        deadline = time.monotonic() + min(GO_WAIT_S, self.timeout_s)
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            message = self._receive(POLL_MS)
+            if message is None:
+                continue
+            if message[0] != identity:
+                self._queued.append(message)
+                continue
+            return _is_go(message[1], policy_version)
+        return False
+
+    def _transfer(self, peer: str, name: str, weights: FlatWeights) -> None:
+        """Send `weights` to `peer` over the group `name` (formed first unless held already)."""
         try:
-            if known is None:
+            known = self._groups.get(peer)
+            if known is None or known[0] != name:
                 store = dist.PrefixStore(name, self.store)
-                self._groups[peer] = (
-                    name,
-                    self.backend.make_group(store, 0, self.timeout_s, self.group_address),
-                )
+                self._groups[peer] = (name, self.backend.make_group(store, 0, self.timeout_s, self.group_address))
             group = self._groups[peer][1]
             buffer = weights.buffer.to(self.backend.device)
             timeout = datetime.timedelta(seconds=self.timeout_s)
@@ -219,131 +264,19 @@ class P2PWeightServer:
         self._ctx.term()
 
 
-def _parse_request(frames: list[bytes]) -> TransferRequest:
-    """The request in a message's frames ([b"", encoded TransferRequest]); ProtocolError if it is
-    anything else."""
+def _parse_request(frames: list[bytes]) -> TransferRequest | TransferGo:
+    """The request (or go) in a message's frames ([b"", encoded message]); ProtocolError if it
+    is anything else."""
     if len(frames) != 2 or frames[0] != b"":
         raise ProtocolError("bad_frames", f"{len(frames)} frames, expected [b'', request]")
-    request: TransferRequest = messages.decode(frames[1], TransferRequest)
+    request: TransferRequest | TransferGo = messages.decode(frames[1], TransferRequest, TransferGo)
     return request
 
 
-class NotYet(SyncError):
-    """The server has not published the version asked for yet."""
-
-
-def _parse_reply(raw: bytes, endpoint: str) -> TransferReply:
-    """The server's reply, checked; a refusal or a malformed reply is a SyncError naming it."""
+def _is_go(frames: list[bytes], policy_version: int) -> bool:
+    """Whether a message is a go for `policy_version`."""
     try:
-        reply = messages.decode(raw, TransferReply, TransferRefusal)
-    except ProtocolError as err:
-        raise SyncError(f"weight server at {endpoint}: malformed reply ({err})") from None
-    if isinstance(reply, TransferRefusal):
-        refused = NotYet if reply.not_yet else SyncError
-        raise refused(f"trainer weight server at {endpoint}: {reply.error[: messages.MAX_ERROR_TEXT]}")
-    return reply
-
-
-class P2PReceiver:
-    """A generator's end towards one weight server: pulls versions, keeping the pair group
-    between pulls (a new one is formed after a failure or when the server names another)."""
-
-    def __init__(
-        self, worker_id: str, backend: PairBackend, timeout_s: float, curve: Curve | None = None, checksum: bool = True
-    ) -> None:
-        self.worker_id = worker_id
-        self.checksum = checksum
-        self.backend = backend
-        self.timeout_s = timeout_s
-        self.curve = curve
-        self._group: tuple[str, str, Any] | None = None  # (endpoint, name, group)
-
-    def ask(self, endpoint: str, policy_version: int, should_stop: StopCheck = never_stop) -> TransferReply:
-        """Ask the server at `endpoint` for `policy_version` (again while it has not published
-        it yet, up to the timeout); its reply. The transfer must follow (`receive`)."""
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            try:
-                return self._ask_once(endpoint, policy_version, should_stop, deadline)
-            except NotYet:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(POLL_MS / 1000)
-
-    def _ask_once(self, endpoint: str, policy_version: int, should_stop: StopCheck, deadline: float) -> TransferReply:
-        ctx = zmq.Context()
-        sock = make_socket(ctx, zmq.DEALER, 10, self.curve)
-        try:
-            sock.connect(endpoint)
-            held = self._group[1] if self._group is not None and self._group[0] == endpoint else ""
-            request = TransferRequest(self.worker_id, held, policy_version)
-            sock.send_multipart([b"", messages.encode(request)])
-            while not sock.poll(POLL_MS):
-                if should_stop():
-                    raise SyncError(f"stopped while waiting for the weight server at {endpoint}")
-                if time.monotonic() > deadline:
-                    raise SyncError(f"trainer weight server at {endpoint} did not answer in {self.timeout_s}s")
-            return _parse_reply(sock.recv_multipart()[-1], endpoint)
-        finally:
-            sock.close(linger=0)
-            ctx.term()
-
-    def _pair(self, endpoint: str, reply: TransferReply) -> Any:
-        if self._group is not None and self._group[:2] == (endpoint, reply.group):
-            return self._group[2]
-        host = urlparse(endpoint).hostname or "127.0.0.1"
-        store = dist.TCPStore(
-            host,
-            reply.store_port,
-            is_master=False,
-            timeout=datetime.timedelta(seconds=self.timeout_s),
-        )
-        group = self.backend.make_group(dist.PrefixStore(reply.group, store), 1, self.timeout_s, address_towards(host))
-        self._group = (endpoint, reply.group, group)
-        return group
-
-    def receive(self, endpoint: str, reply: TransferReply, into: torch.Tensor) -> None:
-        """Receive the version `reply` announced into `into` (of its size), verified: each
-        bucket is checksummed while the next one is on its way."""
-        digest = Checksum()
-        timeout = datetime.timedelta(seconds=self.timeout_s)
-        try:
-            group = self._pair(endpoint, reply)
-            spans = buckets(into.numel(), reply.bucket_values)
-            pending = None
-            for tag, (start, end) in enumerate(spans):
-                if pending is None:
-                    pending = group.recv([into[start:end]], 0, tag)
-                pending.wait(timeout)
-                pending = None
-                if tag + 1 < len(spans):
-                    after = spans[tag + 1]
-                    pending = group.recv([into[after[0] : after[1]]], 0, tag + 1)
-                if self.checksum:
-                    digest.update(into[start:end].cpu())
-        except (RuntimeError, dist.DistError) as err:
-            self._group = None
-            raise SyncError(f"weight transfer from {endpoint} failed: {str(err).splitlines()[0]}") from None
-        if self.checksum and digest.hexdigest() != reply.checksum:
-            raise SyncError(f"weights from {endpoint}: checksum mismatch")
-
-    def fetch(
-        self,
-        endpoint: str,
-        policy_version: int,
-        should_stop: StopCheck = never_stop,
-        into: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Pull `policy_version` from the server at `endpoint` into `into` (when it has the right
-        size; else into a new buffer), verified."""
-        reply = self.ask(endpoint, policy_version, should_stop)
-        values = reply.num_bytes // 4
-        device = self.backend.device
-        if into is None or into.numel() != values or into.device.type != device:
-            into = torch.empty(values, dtype=torch.float32, device=device)
-        self.receive(endpoint, reply, into)
-        return into
-
-    def close(self) -> None:
-        """Let go of the pair group (the server drops its end after its next failed send)."""
-        self._group = None
+        answer = _parse_request(frames)
+    except ProtocolError:
+        return False
+    return isinstance(answer, TransferGo) and answer.go and answer.policy_version == policy_version

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
 
+import structlog
 import torch
 
 from llamarl.config import GlooSync, NcclSync
@@ -19,6 +20,7 @@ from llamarl.weightsync.base import (
     Meta,
     Staged,
     StopCheck,
+    VersionRecord,
     WeightPublisher,
     WeightReceiver,
     never_stop,
@@ -34,7 +36,10 @@ from llamarl.weightsync.flat import (
     num_values,
 )
 from llamarl.weightsync.messages import Announced
-from llamarl.weightsync.p2p import P2PReceiver, P2PWeightServer, PairBackend
+from llamarl.weightsync.p2p import P2PWeightServer, PairBackend
+from llamarl.weightsync.p2p_receiver import Moved, P2PReceiver, Recheck
+
+log = structlog.get_logger(__name__)
 
 
 class PairGroupPublisher(WeightPublisher[torch.Tensor]):
@@ -132,33 +137,48 @@ class PairGroupReceiver(WeightReceiver[tuple[torch.Tensor, Received]]):
         return self._clients[endpoint]
 
     def fetch(
-        self, meta: Mapping[str, str], should_stop: StopCheck = never_stop
+        self, meta: Mapping[str, str], should_stop: StopCheck = never_stop, record: VersionRecord | None = None
     ) -> tuple[int, tuple[torch.Tensor, Received]]:
         announced = Announced.parse(meta, self.name)
-        version = announced.policy_version
-        endpoints = announced.endpoints
-        replies = [self._client(e).ask(e, version, should_stop) for e in endpoints]
-        total = sum(reply.num_bytes for reply in replies)
-        if total != announced.num_bytes:
-            raise SyncError(f"version {version}: shards of {total} bytes, announced {announced.num_bytes}")
+        while True:
+            for endpoint in [e for e in self._clients if e not in announced.endpoints]:
+                self._clients.pop(endpoint).close()  # a trainer gone, or one this record replaced
+            try:
+                return self._fetch(announced, should_stop, _recheck(announced, record))
+            except Moved:
+                assert record is not None
+                announced = Announced.parse(record.read(), self.name)
+                log.info("following the version record", policy_version=announced.policy_version, to=announced.endpoint)
+
+    def _fetch(
+        self, announced: Announced, should_stop: StopCheck, recheck: Recheck | None
+    ) -> tuple[int, tuple[torch.Tensor, Received]]:
+        """Ask each shard's server in turn, and receive its shard the moment it has answered,
+        side by side with the next ask: no server waits on this generator while it waits on
+        another rank (a dead one must not hold the live ones for a timeout)."""
+        version, total = announced.policy_version, announced.num_bytes
         into, self._spare = self._spare, None
         device = self.backend.device
         if into is None or into.numel() * 4 != total or into.device.type != device:
             into = torch.empty(total // 4, dtype=torch.float32, device=device)
-        pieces = []
-        offset = 0
-        for reply in replies:
-            pieces.append(into[offset : offset + reply.num_bytes // 4])
-            offset += reply.num_bytes // 4
-        jobs = list(zip(endpoints, replies, pieces, strict=True))
+        endpoints = announced.endpoints
+        pieces: list[torch.Tensor] = []
         try:
-            if len(jobs) == 1:
-                self._client(endpoints[0]).receive(*jobs[0])
-            else:
-                with ThreadPoolExecutor(len(jobs), thread_name_prefix="shard") as pool:
-                    done = [pool.submit(self._client(e).receive, e, r, p) for e, r, p in jobs]
-                    for future in done:
-                        future.result()
+            with ThreadPoolExecutor(len(endpoints), thread_name_prefix="shard") as pool:
+                receiving = []
+                for index, endpoint in enumerate(endpoints):
+                    offset = sum(piece.numel() for piece in pieces) * 4
+                    left = total - offset
+                    sizes = (left, left) if index == len(endpoints) - 1 else (4, left)
+                    client = self._client(endpoint)
+                    reply = client.ask(endpoint, version, should_stop, recheck, sizes)
+                    pieces.append(into[offset // 4 : (offset + reply.num_bytes) // 4])
+                    if len(endpoints) == 1:  # on this thread, like the model's device
+                        client.receive(endpoint, reply, pieces[-1])
+                    else:
+                        receiving.append(pool.submit(client.receive, endpoint, reply, pieces[-1]))
+            for future in receiving:  # all done: the pool's exit waits for each
+                future.result()
         except SyncError:
             self._spare = into
             raise
@@ -183,3 +203,20 @@ class PairGroupReceiver(WeightReceiver[tuple[torch.Tensor, Received]]):
             client.close()
         self._clients.clear()
         self._spare = None
+
+
+def _recheck(announced: Announced, record: VersionRecord | None) -> Recheck | None:
+    """While a request waits unanswered: whether the version `record` now names other servers
+    than `announced` (a trainer restarted on a new endpoint), at a version as new at least."""
+    if record is None:
+        return None
+
+    def moved() -> bool:
+        now = record.read()
+        try:
+            current = Announced.parse(now, announced.transport)
+        except SyncError:  # nothing recorded yet, or not for this transport: keep waiting
+            return False
+        return current.endpoint != announced.endpoint and current.policy_version >= announced.policy_version
+
+    return Recheck(moved, record.every_s)

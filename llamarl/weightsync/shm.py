@@ -39,6 +39,7 @@ from llamarl.weightsync.base import (
     Meta,
     Staged,
     StopCheck,
+    VersionRecord,
     WeightPublisher,
     WeightReceiver,
     never_stop,
@@ -241,7 +242,9 @@ class ShmReceiver(WeightReceiver[Received]):
     def __init__(self, config: ShmSync) -> None:
         self.always_checksum = config.verify == "always"
 
-    def fetch(self, meta: Mapping[str, str], should_stop: StopCheck = never_stop) -> tuple[int, Received]:
+    def fetch(
+        self, meta: Mapping[str, str], should_stop: StopCheck = never_stop, record: VersionRecord | None = None
+    ) -> tuple[int, Received]:
         announced = Announced.parse(meta, self.name)
         check_same_shared_memory(announced)
         endpoints = announced.endpoints

@@ -24,7 +24,8 @@ from llamarl.protocol import Control
 from llamarl.topics import CONTROL, ROLLOUTS
 from llamarl.weightsync.flat import FlatWeights, checksum
 from llamarl.weightsync.gloo import GLOO
-from llamarl.weightsync.p2p import P2PReceiver, P2PWeightServer
+from llamarl.weightsync.p2p import P2PWeightServer
+from llamarl.weightsync.p2p_receiver import P2PReceiver
 from tests.conftest import start_broker_process
 from tests.factories import rollout_group
 

@@ -28,8 +28,9 @@ from llamarl.net import free_port_block
 from llamarl.weightsync import make_publisher, make_receiver, messages
 from llamarl.weightsync.flat import FlatWeights, Received, checksum, flatten
 from llamarl.weightsync.gloo import GLOO
-from llamarl.weightsync.messages import TransferRefusal, TransferRequest
-from llamarl.weightsync.p2p import P2PReceiver, P2PWeightServer
+from llamarl.weightsync.messages import TransferGo, TransferRefusal, TransferRequest
+from llamarl.weightsync.p2p import P2PWeightServer
+from llamarl.weightsync.p2p_receiver import P2PReceiver
 from llamarl.weightsync.shm import ShmPublisher, ShmReceiver, fetch_shm
 
 MODEL = ModelConfig(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128)
@@ -107,11 +108,13 @@ def test_corrupted_or_truncated_shm_is_never_swapped_in(tmp_path: Path) -> None:
 
 
 def vanish_after_asking(endpoint: str) -> None:
-    """A generator that asks for weights and dies before joining the transfer."""
+    """A generator that asks for weights, says go and dies before joining the transfer."""
     sock = zmq.Context().socket(zmq.DEALER)
     sock.connect(endpoint)
     sock.send_multipart([b"", messages.encode(TransferRequest("doomed", "", 3))])
     sock.recv_multipart()
+    sock.send_multipart([b"", messages.encode(TransferGo(3, True))])
+    sock.close(linger=1000)
 
 
 def test_transfer_to_a_dead_peer_fails_and_the_server_goes_on() -> None:
