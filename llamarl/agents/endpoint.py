@@ -1,12 +1,17 @@
 """The OpenAI-compatible HTTP endpoint (FastAPI): `POST /v1/chat/completions`,
 `POST /v1/completions` and `GET /v1/models`, each for a live episode's key only.
 
-A request is refused here, before it reaches the model, when the concurrency bound is full
-(429), its key is not a live episode's (401: forged, or its episode is over), its body is over
-`max_request_bytes` (413), not JSON, or not a body the API defines (400, naming the field; an
+A request is refused here, before it reaches the model, when its key is not a live episode's
+(401: forged, or its episode is over), its episode has `max_concurrent_per_episode` requests in
+flight or all episodes `max_concurrent` (429), its body is over `max_request_bytes` (413), takes
+over `body_timeout_s` (408), not JSON, or not a body the API defines (400, naming the field; an
 unknown field too). Each refusal is counted by reason (`on_reject`) and answered in the OpenAI
-error form; none reaches the model or the worker. An accepted request waits in `inbox` for the
+error form; none reaches the model or the worker. A client that leaves during its upload or before its answer is counted
+(`upload_abandoned`, `client_gone`), not logged. An accepted request waits in `inbox` for the
 episode runner (`llamarl.agents.runner`), which samples it with the others and answers it.
+
+The routes find the endpoint through their request (`app.state.endpoint`), so no module's state
+leads to it or its episodes' keys (`llamarl.agents.isolation`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from llamarl.agents.record import AgentEpisode
 from llamarl.agents.responses import error_body
@@ -70,6 +76,8 @@ class Endpoint:
         self.lock = threading.Lock()
         self.active = 0
         """Requests being served (on the server's one event loop)."""
+        self.in_flight: dict[str, int] = {}
+        """Requests being served, by episode id."""
 
     def open(self, episode: AgentEpisode) -> None:
         with self.lock:
@@ -89,9 +97,13 @@ class Endpoint:
             return None
         return episode if secrets.compare_digest(episode.secret.encode(), secret.encode()) else None
 
-    def refuse(self, status: int, reason: str, message: str) -> JSONResponse:
+    def refuse(self, status: int, reason: str, message: str, close: bool = False) -> JSONResponse:
+        """Count and answer a refusal; `close` ends the connection once answered. (A body left
+        unread otherwise follows the answer, read and dropped within `header_timeout_s`: closing
+        on unread bytes resets the connection, and the client may lose the answer.)"""
         self.on_reject(reason, message)
-        return JSONResponse(error_body(status, message), status_code=status)
+        headers = {"Connection": "close"} if close else None
+        return JSONResponse(error_body(status, message), status_code=status, headers=headers)
 
     async def read(self, request: Request) -> bytes | None:
         """The body, or None when it is over the size bound."""
@@ -108,62 +120,92 @@ class Endpoint:
         return b"".join(chunks)
 
     async def serve(self, request: Request, kind: type[BaseModel]) -> JSONResponse:
+        episode = self.episode_of(request.headers.get("authorization"))
+        if episode is None:
+            return self.refuse(401, "episode_key", "the API key is no live episode's")
+        own = self.in_flight.get(episode.episode_id, 0)
+        if own >= self.limits.max_concurrent_per_episode:
+            message = f"over {self.limits.max_concurrent_per_episode} requests at once an episode"
+            return self.refuse(429, "episode_concurrent", message)
         if self.active >= self.limits.max_concurrent:
             return self.refuse(429, "endpoint_busy", "too many requests at once; retry later")
         self.active += 1
+        self.in_flight[episode.episode_id] = own + 1
         try:
-            episode = self.episode_of(request.headers.get("authorization"))
-            if episode is None:
-                return self.refuse(401, "episode_key", "the API key is no live episode's")
-            body = await self.read(request)
-            if body is None:
-                return self.refuse(
-                    413,
-                    "request_too_large",
-                    f"the body is over {self.limits.max_request_bytes} bytes",
-                )
-            try:
-                parsed = kind.model_validate(json.loads(body))
-            except (ValueError, RecursionError) as err:  # RecursionError: JSON nested too deep
-                detail = problem(err) if isinstance(err, ValidationError) else "not JSON"
-                return self.refuse(400, "bad_request", f"the request body: {detail}")
-            assert isinstance(parsed, ChatRequest | CompletionRequest)
-            waiting = Waiting(episode, parsed)
-            self.inbox.put(waiting)
-            try:
-                status, answer = await asyncio.wait_for(asyncio.wrap_future(waiting.answer), self.answer_timeout_s)
-            except asyncio.TimeoutError:
-                return self.refuse(504, "unanswered", "the episode ended before an answer")
-            return JSONResponse(answer, status_code=status)
+            return await self._serve(request, kind, episode)
         finally:
             self.active -= 1
+            self.in_flight[episode.episode_id] -= 1
+            if not self.in_flight[episode.episode_id]:
+                del self.in_flight[episode.episode_id]
+
+    async def _serve(self, request: Request, kind: type[BaseModel], episode: AgentEpisode) -> JSONResponse:
+        try:
+            body = await asyncio.wait_for(self.read(request), self.limits.body_timeout_s)
+        except asyncio.TimeoutError:
+            return self.refuse(408, "body_timeout", f"the body took over {self.limits.body_timeout_s} s", close=True)
+        except ClientDisconnect:
+            return self.refuse(400, "upload_abandoned", "the client left before the body's end")
+        if body is None:
+            message = f"the body is over {self.limits.max_request_bytes} bytes"
+            return self.refuse(413, "request_too_large", message)
+        try:
+            parsed = kind.model_validate(json.loads(body))
+        except (ValueError, RecursionError) as err:  # RecursionError: JSON nested too deep
+            detail = problem(err) if isinstance(err, ValidationError) else "not JSON"
+            return self.refuse(400, "bad_request", f"the request body: {detail}")
+        assert isinstance(parsed, ChatRequest | CompletionRequest)
+        waiting = Waiting(episode, parsed)
+        self.inbox.put(waiting)
+        answered: Answer | None = None
+        try:
+            answered = await asyncio.wait_for(asyncio.wrap_future(waiting.answer), self.answer_timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        if await request.is_disconnected():
+            return self.refuse(499, "client_gone", "the client left before its answer")
+        if answered is None:
+            return self.refuse(504, "unanswered", "the episode ended before an answer")
+        return JSONResponse(answered[1], status_code=answered[0])
 
     def app(self) -> FastAPI:
+        """The HTTP app; it keeps this endpoint in `app.state.endpoint`."""
         app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
-
-        @app.exception_handler(HTTPException)
-        async def unknown_route(request: Request, err: HTTPException) -> JSONResponse:
-            return self.refuse(err.status_code, "unknown_route", f"{request.url.path}: {err.detail}")
-
-        @app.get("/v1/models")
-        async def models(request: Request) -> JSONResponse:
-            if self.episode_of(request.headers.get("authorization")) is None:
-                return self.refuse(401, "episode_key", "the API key is no live episode's")
-            entry = {
-                "id": self.model,
-                "object": "model",
-                "created": 0,
-                "owned_by": "llamarl",
-                "policy_version": self.version(),
-            }
-            return JSONResponse({"object": "list", "data": [entry]})
-
-        @app.post("/v1/chat/completions")
-        async def chat(request: Request) -> JSONResponse:
-            return await self.serve(request, ChatRequest)
-
-        @app.post("/v1/completions")
-        async def completions(request: Request) -> JSONResponse:
-            return await self.serve(request, CompletionRequest)
-
+        app.state.endpoint = self
+        app.add_exception_handler(HTTPException, _unknown_route)
+        app.add_api_route("/v1/models", _models, methods=["GET"])
+        app.add_api_route("/v1/chat/completions", _chat, methods=["POST"])
+        app.add_api_route("/v1/completions", _completions, methods=["POST"])
         return app
+
+
+def _endpoint(request: Request) -> Endpoint:
+    endpoint: Endpoint = request.app.state.endpoint
+    return endpoint
+
+
+async def _unknown_route(request: Request, err: Exception) -> JSONResponse:
+    assert isinstance(err, HTTPException)  # the only kind it is registered for
+    return _endpoint(request).refuse(err.status_code, "unknown_route", f"{request.url.path}: {err.detail}")
+
+
+async def _models(request: Request) -> JSONResponse:
+    endpoint = _endpoint(request)
+    if endpoint.episode_of(request.headers.get("authorization")) is None:
+        return endpoint.refuse(401, "episode_key", "the API key is no live episode's")
+    entry = {
+        "id": endpoint.model,
+        "object": "model",
+        "created": 0,
+        "owned_by": "llamarl",
+        "policy_version": endpoint.version(),
+    }
+    return JSONResponse({"object": "list", "data": [entry]})
+
+
+async def _chat(request: Request) -> JSONResponse:
+    return await _endpoint(request).serve(request, ChatRequest)
+
+
+async def _completions(request: Request) -> JSONResponse:
+    return await _endpoint(request).serve(request, CompletionRequest)

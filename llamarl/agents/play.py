@@ -7,15 +7,14 @@ daemon thread, and its episode is ended without it."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import math
 import queue
-import ssl
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from llamarl.agents.isolation import PrivateThread, client, prepare_client
 from llamarl.errors import ConfigError
 from llamarl.tasks import Example
 from llamarl.user_code import load_named
@@ -54,33 +53,19 @@ def reward_of(value: Any) -> float | None:
     return float(value)
 
 
-@functools.cache
-def _tls() -> ssl.SSLContext:
-    """One TLS context for every client (a client makes its own by default, 20 ms each; the
-    endpoint is plain HTTP, so it is never used, only built)."""
-    return ssl.create_default_context()
-
-
 async def _play(agent: Agent, row: dict[str, Any], base_url: str, key: str, timeout_s: float) -> Any:
-    import openai
-
-    client = openai.AsyncOpenAI(
-        base_url=base_url,
-        api_key=key,
-        max_retries=0,
-        timeout=timeout_s,
-        http_client=openai.DefaultAsyncHttpxClient(verify=_tls(), timeout=timeout_s),
-    )
-    async with client:
-        return await asyncio.wait_for(agent(row, client), timeout_s)
+    async with client(base_url, key, timeout_s) as own:
+        return await asyncio.wait_for(agent(row, own), timeout_s)
 
 
 class AgentThreads:
     """Daemon threads that run agents, each reused once its agent is over (starting a thread
     takes milliseconds on a loaded machine); a new one starts only when none is idle, so an
-    agent that blocks its thread for good costs that one thread and holds up no other."""
+    agent that blocks its thread for good costs that one thread and holds up no other. The
+    client is made ready before any agent runs (`llamarl.agents.isolation`)."""
 
     def __init__(self) -> None:
+        prepare_client()
         self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self.idle = 0
         self.lock = threading.Lock()
@@ -114,5 +99,5 @@ class AgentThreads:
             spare = self.idle > 0
             self.idle -= spare
         if not spare:
-            threading.Thread(target=self._work, name="agent", daemon=True).start()
+            PrivateThread(self._work, name="agent").start()
         self.jobs.put(run)
