@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
@@ -48,14 +49,24 @@ def find_redis_server() -> str:
 
 
 class RedisServer:
-    """A redis-server child process on 127.0.0.1:<port> with its data in `directory`."""
+    """A redis-server child process on 127.0.0.1:<port> with its data in `directory`: bound
+    to `bind` (None: every address), with redis-server's `options` after ours."""
 
-    def __init__(self, directory: str | Path, port: int | None = None, password: str | None = None):
+    def __init__(
+        self,
+        directory: str | Path,
+        port: int | None = None,
+        password: str | None = None,
+        bind: str | None = "127.0.0.1",
+        options: Sequence[str] = (),
+    ):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.port_given = port is not None
         self.port = port or free_port_block(size=1)
         self.password = password
+        self.bind = bind
+        self.options = list(options)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -82,8 +93,7 @@ class RedisServer:
             find_redis_server(),
             "--port",
             str(self.port),
-            "--bind",
-            "127.0.0.1",
+            *(["--bind", self.bind] if self.bind is not None else []),
             "--dir",
             str(self.directory),
             "--appendonly",
@@ -97,6 +107,7 @@ class RedisServer:
         ]
         if self.password:
             args += ["--requirepass", self.password]
+        args += self.options
         log_path = self.directory / "redis.log"
         offset = log_size(log_path)
         log_file = open(log_path, "ab")  # noqa: SIM115 - owned by the child

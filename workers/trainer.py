@@ -21,7 +21,7 @@ from llamarl.roles.base import RoleResult, run_role
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.store import RedisStore
 from llamarl.training.parallel import TrainerRanks, leaving
-from workers.common import load_worker_config, parse_worker_args, run_worker
+from workers.common import finished, load_worker_config, parse_worker_args, run_worker
 
 log = structlog.get_logger(__name__)
 
@@ -34,16 +34,23 @@ def train(runtime: RoleRuntime) -> RoleResult:
 
 
 def run_rank(argv: list[str] | None) -> int:
-    """A rank other than 0: follow rank 0 until it says stop. SIGTERM does not end it: torchrun
-    signals every rank, and rank 0 then stops the others once it has checkpointed."""
+    """A rank other than 0: follow rank 0 until it says stop (on a finished run, exit 0 at once,
+    as rank 0 does). SIGTERM does not end it: torchrun signals every rank, and rank 0 then stops
+    the others once it has checkpointed."""
     args = parse_worker_args("trainer", argv)
     rank = int(os.environ["RANK"])
-    configure_logging("trainer", f"{args.worker_id or 'trainer'}-rank{rank}", args.log_format)
+    worker_id = f"{args.worker_id or 'trainer'}-rank{rank}"
+    configure_logging("trainer", worker_id, args.log_format)
     try:
         config = load_worker_config("trainer", args)
+        if finished("trainer", worker_id, config):  # before meeting the other ranks
+            return 0
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
+    except ConnectionError as err:
+        print(f"trainer {worker_id}: {err}", file=sys.stderr)
+        return 3
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(
             signum, lambda num, _: log.info("signal; waiting for rank 0 to stop", signal=signal.Signals(num).name)

@@ -235,19 +235,6 @@ def preflight(config: RunConfig, mode: str, launcher: str = "local") -> None:
         check_memory(config, generators=mode == "async")
 
 
-def check_redis(config: RunConfig, url: str, timeout_s: float = 3.0) -> None:
-    """ConnectionError naming `redis.url` unless Redis answers within `timeout_s`."""
-    probe = RedisStore(url, config.run_id, connect_deadline_s=timeout_s, log_retries=False)
-    try:
-        probe.ping()
-    except ConnectionError as err:
-        raise ConnectionError(
-            f"redis.url {url}: no answer within {timeout_s:g} s ({err}); start Redis there or fix redis.url"
-        ) from None
-    finally:
-        probe.close()
-
-
 @dataclass
 class Child:
     role: str

@@ -370,8 +370,8 @@ class Trainer:
 
     def finish(self, mode: str) -> dict[str, Any]:
         """Checkpoint a stopped run, wait for the background work, end a finished run (its
-        final model saved to RUN_DIR/model); the run's summary, also written to
-        RUN_DIR/summary.json."""
+        final model saved to RUN_DIR/model, then the run marked finished in the store); the
+        run's summary, also written to RUN_DIR/summary.json."""
         runtime = self.runtime
         timeout_s = runtime.config.sync.timeout_s
         sharded = self.checkpointer.sharded
@@ -384,11 +384,11 @@ class Trainer:
         if self.done:
             final = self.policy
             if sharded:
+        if self.done:  # once its summary is written: a trainer started on a finished run exits
+            runtime.store.set_run_status("finished")
+            runtime.bus.publish(CONTROL, Control("stop", {"reason": "trainer finished"}), self.policy_version)
                 final = checkpoint_model(self.checkpointer.checkpoints.target(self.step))
             save_final(final, run_dir)
-            runtime.store.set_run_status("finished")
-            stop = Control("stop", {"reason": "trainer finished"})
-            runtime.bus.publish(CONTROL, stop, self.policy_version)
         runtime.counters["bus_s"] = runtime.bus.busy_s
         summary = {
             "mode": mode,

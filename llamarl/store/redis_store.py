@@ -23,8 +23,9 @@ Key schema (all under `llamarl:<run_id>:`; see docs/redis-keys.md):
                                   while the chunk is claimed and not in
   evaluations             list    JSON of each evaluated chunk
 Every multi-key update is one Lua script, so concurrent workers never see a half-done change.
-Calls retry a lost connection with bounded, logged backoff until `connect_deadline_s` runs out;
-a retry of a publish whose reply was lost is recognised by its id, not refused as stale.
+Calls retry a lost connection with bounded, logged backoff until `connect_deadline_s` runs out
+(a Redis loading its data too); a refusal (`llamarl.store.refusals`) is one error at once. A retry
+of a publish whose reply was lost is recognised by its id, not refused as stale.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from llamarl.store.records import (
     WorkerInfo,
     open_tickets,
 )
+from llamarl.store.refusals import refusal, still_loading
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -71,6 +73,7 @@ class RedisStore:
 
     def __init__(self, url: str, run_id: str, connect_deadline_s: float = 30.0, *, log_retries: bool = True) -> None:
         self.run_id = run_id
+        self.url = url
         # A warning per retry suits a worker's log; a probe that says it once, in words, turns it off.
         self.log_retries = log_retries
         self.prefix = f"llamarl:{run_id}:"
@@ -99,11 +102,16 @@ class RedisStore:
         while True:
             try:
                 return fn()
-            except redis.AuthenticationError as err:  # retrying cannot fix credentials
-                raise ConnectionError(f"redis refused the credentials in redis.url during {what}: {err}") from None
+            except (redis.AuthenticationError, redis.ResponseError) as err:  # a refusal, not retried
+                refused = refusal(err, self.url, without_password(self.url), what)
+                if refused is None:
+                    raise
+                raise refused from None
             except (redis.ConnectionError, redis.TimeoutError) as err:
                 attempt += 1
                 if time.monotonic() + delay > deadline:
+                    if isinstance(err, redis.BusyLoadingError):
+                        raise still_loading(without_password(self.url), self.connect_deadline_s, what) from None
                     raise ConnectionError(
                         f"redis unreachable for {self.connect_deadline_s:.0f}s during {what}: {err}"
                     ) from None
@@ -114,6 +122,11 @@ class RedisStore:
 
     def ping(self) -> bool:
         return bool(self._call("ping", self.client.ping))
+
+    def check_writes(self) -> None:
+        """Raise at once what Redis answers a write with (a read-only replica, Redis out of
+        memory): a SET only if the key exists (XX) of a key no run holds, which stores nothing."""
+        self._call("check writes", lambda: self.client.set(self.key("write_probe"), 1, xx=True))
 
     def has_keys(self) -> bool:
         """Whether this Redis holds any key of the run (a wrong run id holds none)."""

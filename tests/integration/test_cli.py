@@ -73,7 +73,7 @@ def test_worker_without_redis_exits_3_after_the_deadline() -> None:
         timeout=120,
     )
     assert done.returncode == 3
-    assert "reward r0: redis unreachable for 1s during register worker" in done.stderr
+    assert "reward r0: redis unreachable for 1s during run status" in done.stderr
 
 
 def test_monitor_shows_progress_workers_and_rejections(redis_server, store) -> None:

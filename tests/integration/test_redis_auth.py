@@ -1,11 +1,9 @@
 """Redis credentials come from the URL; wrong or missing ones fail at once with one clear error
-(no retry loop), and a worker exits 3 naming the problem."""
+naming redis.url (no retry loop). What each command then prints, and its exit code (2), is
+tests/integration/test_redis_answers.py's."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from brokers.redis_server import RedisServer
-from llamarl.net import free_port_block
+from llamarl.errors import ConfigError
 from llamarl.store import RedisStore
 
 
@@ -31,29 +29,14 @@ def test_password_in_the_url(locked_redis: RedisServer) -> None:
     store.close()
 
 
-@pytest.mark.parametrize("credentials", ["", ":wrong@"])
-def test_bad_credentials_fail_at_once(locked_redis: RedisServer, credentials: str) -> None:
+@pytest.mark.parametrize(
+    ("credentials", "refusal"),
+    [("", "asks for a password (NOAUTH)"), (":wrong@", "refused the password (WRONGPASS)")],
+)
+def test_bad_credentials_fail_at_once(locked_redis: RedisServer, credentials: str, refusal: str) -> None:
     store = RedisStore(f"redis://{credentials}127.0.0.1:{locked_redis.port}/0", "auth", 600)
-    with (
-        capture_logs() as logs,
-        pytest.raises(ConnectionError, match="redis refused the credentials"),
-    ):
+    with capture_logs() as logs, pytest.raises(ConfigError) as refused:
         store.policy_version()
+    shown = f"redis://{':***@' if credentials else ''}127.0.0.1:{locked_redis.port}/0"
+    assert str(refused.value).startswith(f"redis.url {shown}: Redis {refusal}")
     assert [e for e in logs if e["event"] == "redis retry"] == [], "must not retry"
-
-
-def test_worker_with_a_wrong_password_exits_3(locked_redis: RedisServer) -> None:
-    env = {
-        **os.environ,
-        "LLAMARL_REDIS_URL": f"redis://:wrong@127.0.0.1:{locked_redis.port}/0",
-        "LLAMARL_BROKER": f"127.0.0.1:{free_port_block()}",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "worker", "reward", "--worker-id", "r0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-    assert done.returncode == 3
-    assert "reward r0: redis refused the credentials in redis.url" in done.stderr

@@ -1,0 +1,105 @@
+"""Every answer a Redis can give a process at its start instead of a reply (DENIED, NOAUTH,
+WRONGPASS, READONLY, OOM, LOADING) is one line and an exit code, never a traceback: for `llamarl
+run` with redis.url, every worker and `llamarl monitor` (which only reads, so a replica or a full
+Redis serves it). A mistake in the settings of Redis or of redis.url exits 2, a Redis unable for
+now 3 (`llamarl run` 1, as for an unreachable Redis). Each row is in the bad-input table of
+docs/operations.md (HOST is this host's address, TMP the test's directory, PORT a port).
+The Redis servers are real but LOADING's (tests/integration/redis_answers.py says why)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llamarl.launch import supervise
+from tests.integration.redis_answers import answering_redis, outside_address
+
+REPO = Path(__file__).resolve().parents[2]
+LLAMARL = [sys.executable, "-m", "workers.cli"]
+TINY_MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32}
+
+
+@dataclass(frozen=True)
+class Case:
+    input: str
+    """What the user met, as the table shows it."""
+    answer: str
+    """What the Redis answers (`answering_redis`)."""
+    command: Callable[[Path, str], list[str]]
+    """The command line, given the test's directory and the Redis URL."""
+    exit_code: int
+
+
+def _config(tmp: Path, url: str) -> str:
+    path = tmp / "answers.yaml"
+    redis = {"url": url, "connect_deadline_s": 1}
+    tree = {"run_id": "answers", "run_dir": str(tmp / "run"), "model": TINY_MODEL, "redis": redis}
+    path.write_text(yaml.safe_dump(tree | {"broker": {"port": 40000}}))
+    return str(path)
+
+
+def _run(tmp: Path, url: str) -> list[str]:
+    return [*LLAMARL, "run", _config(tmp, url)]
+
+
+def _monitor(tmp: Path, url: str) -> list[str]:
+    return [*LLAMARL, "monitor", "--config", _config(tmp, url), "--once"]
+
+
+def _worker(role: str, *environ: str) -> Callable[[Path, str], list[str]]:
+    """`llamarl worker ROLE` as worker w0, under `environ` (NAME=value)."""
+
+    def command(tmp: Path, url: str) -> list[str]:
+        return ["env", *environ, *LLAMARL, "worker", role, "--config", _config(tmp, url), "--worker-id", "w0"]
+
+    return command
+
+
+CASES = [
+    Case("a Redis in protected mode (llamarl run)", "DENIED", _run, 2),
+    Case("a Redis in protected mode (worker reward)", "DENIED", _worker("reward"), 2),
+    Case("a Redis in protected mode (worker generator)", "DENIED", _worker("generator"), 2),
+    Case("a Redis in protected mode (worker trainer)", "DENIED", _worker("trainer"), 2),
+    Case("a Redis in protected mode (trainer rank 1)", "DENIED", _worker("trainer", "RANK=1", "WORLD_SIZE=2"), 2),
+    Case("a Redis in protected mode (llamarl monitor)", "DENIED", _monitor, 2),
+    Case("a Redis password missing from redis.url (llamarl run)", "NOAUTH", _run, 2),
+    Case("a Redis password missing from redis.url (worker)", "NOAUTH", _worker("reward"), 2),
+    Case("a wrong Redis password (llamarl run)", "WRONGPASS", _run, 2),
+    Case("a wrong Redis password (worker)", "WRONGPASS", _worker("reward"), 2),
+    Case("a read-only Redis replica (llamarl run)", "READONLY", _run, 2),
+    Case("a read-only Redis replica (worker)", "READONLY", _worker("reward"), 2),
+    Case("a Redis out of memory (llamarl run)", "OOM", _run, 1),
+    Case("a Redis out of memory (worker)", "OOM", _worker("reward"), 3),
+    Case("a Redis still loading its data (llamarl run)", "LOADING", _run, 1),
+    Case("a Redis still loading its data (worker)", "LOADING", _worker("reward"), 3),
+    Case("a Redis still loading its data (llamarl monitor)", "LOADING", _monitor, 3),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.input for c in CASES])
+def test_a_redis_answer_is_one_line_and_an_exit_code(case: Case, tmp_path: Path) -> None:
+    with answering_redis(case.answer, tmp_path / "redis") as url:
+        proc = supervise.start(
+            case.command(tmp_path, url), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
+        )
+        try:
+            _, err = proc.communicate(timeout=120)  # a hang guard, not a speed bound
+        finally:
+            supervise.stop(proc)
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("{")]
+    assert proc.returncode == case.exit_code, err[-2000:]
+    assert len(lines) == 1, f"expected one line, got: {lines}"
+    assert "Traceback" not in err
+    message = lines[0].replace(str(tmp_path), "TMP")
+    if case.answer == "DENIED":
+        message = message.replace(outside_address(), "HOST")
+    message = re.sub(r"\b\d{5}\b", "PORT", message)
+    row = f"| {case.input} | `` {message} `` | {case.exit_code} |"
+    assert row in (REPO / "docs" / "operations.md").read_text(), f"the bad-input table lacks:\n{row}"
