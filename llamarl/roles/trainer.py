@@ -384,9 +384,6 @@ class Trainer:
         if self.done:
             final = self.policy
             if sharded:
-        if self.done:  # once its summary is written: a trainer started on a finished run exits
-            runtime.store.set_run_status("finished")
-            runtime.bus.publish(CONTROL, Control("stop", {"reason": "trainer finished"}), self.policy_version)
                 final = checkpoint_model(self.checkpointer.checkpoints.target(self.step))
             save_final(final, run_dir)
         runtime.counters["bus_s"] = runtime.bus.busy_s
@@ -401,6 +398,9 @@ class Trainer:
             "model": str(model_dir) if self.done else None,
         }
         (run_dir / "summary.json").write_text(json.dumps(summary))
+        if self.done:  # once its summary is written: a trainer started on a finished run exits
+            runtime.store.set_run_status("finished")
+            runtime.bus.publish(CONTROL, Control("stop", {"reason": "trainer finished"}), self.policy_version)
         return summary
 
     def close(self) -> None:
