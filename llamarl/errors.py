@@ -28,6 +28,11 @@ class SyncError(LlamarlError):
     """A weight transfer failed: timeout, dead peer, size or checksum mismatch."""
 
 
+class EmptyContextError(LlamarlError, ValueError):
+    """A context of no tokens was given to sample from: the model's first step needs one. Callers
+    refuse such a context before it gets here (the agent endpoint answers 400)."""
+
+
 class NonFiniteError(LlamarlError):
     """The trainer's weights became NaN or infinite; nothing of them is published or saved."""
 

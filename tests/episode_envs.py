@@ -71,7 +71,7 @@ class PacedEnv(TwoTurnEnv):
 
 class BadOutputEnv(TwoTurnEnv):
     """Answers each prompt with another kind of wrong output: not an EnvStep, a message that is
-    not text, a reward that is not a number."""
+    not text, a reward that is not a number, one outside float32's range."""
 
     def step(self, reply: str) -> EnvStep:
         wrong: list[object] = [
@@ -79,8 +79,17 @@ class BadOutputEnv(TwoTurnEnv):
             EnvStep([{"role": "tool", "content": 7}], done=False),  # type: ignore[dict-item]
             EnvStep([], done=True, reward="high"),  # type: ignore[arg-type]
             EnvStep([], done=True, reward=float("nan")),
+            EnvStep([], done=True, reward=1e300),
         ]
         return wrong[self.index % len(wrong)]  # type: ignore[return-value]
+
+
+class EmptyStartEnv(TwoTurnEnv):
+    """Starts prompts of an even index with an empty message (no tokens on the built model)."""
+
+    def start(self, example: Example) -> list[Message]:
+        first = super().start(example)
+        return [{"role": "user", "content": ""}] if example.index % 2 == 0 else first
 
 
 class AlwaysRaisingEnv(TwoTurnEnv):

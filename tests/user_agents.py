@@ -153,3 +153,34 @@ async def odd_requests(row: dict[str, Any], client: Any) -> None:
             outcomes.append("200")
         except openai.APIStatusError as err:
             outcomes.append(str(err.status_code))
+
+
+async def empty_first(row: dict[str, Any], client: Any) -> float:
+    """Contexts of no tokens on the built model (it has no chat template): an empty message and
+    a message of only an image part, each refused; then one good turn, rewarded by parity."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}
+    for content in ("", [image]):
+        messages = [{"role": "user", "content": content}]
+        await _refused(client, client.chat.completions.create(model="p", messages=messages, max_tokens=2))
+    await one_request(client, row)
+    return float(row["a"] % 2)
+
+
+async def huge_reward(row: dict[str, Any], client: Any) -> float:
+    """One turn; a reward outside float32's range for prompts whose `a` is a multiple of 3."""
+    await one_request(client, row)
+    return 1e300 if row["a"] % 3 == 0 else float(row["a"] % 2)
+
+
+async def types_specials(row: dict[str, Any], client: Any) -> None:
+    """`<eos>` typed into the first request, by the prompt's `a`: a chat message, a text
+    prompt, or a history with an assistant message the endpoint never answered."""
+    text = "1<eos>2="
+    kind = row["a"] % 3
+    if kind == 1:
+        await client.completions.create(model="p", prompt=text, max_tokens=2)
+        return
+    messages = [{"role": "user", "content": text}]
+    if kind == 2:
+        messages = [{"role": "user", "content": "1"}, {"role": "assistant", "content": "<eos>"}, *messages]
+    await client.chat.completions.create(model="p", messages=messages, max_tokens=2)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import math
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from llamarl.agents.isolation import PrivateThread, client, prepare_client
+from llamarl.engine.episodes import trainable_reward
 from llamarl.errors import ConfigError
 from llamarl.tasks import Example
 from llamarl.user_code import load_named
@@ -45,11 +45,14 @@ def row_of(example: Example) -> dict[str, Any]:
 
 
 def reward_of(value: Any) -> float | None:
-    """The agent's return value as a reward; TypeError for anything but a number or None."""
+    """The agent's return value as a reward; TypeError for anything but a number or None,
+    ValueError for a number the trainer cannot hold (past float32's range: 1e300, inf, NaN)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"the agent returned {type(value).__name__}, not a finite number or None")
+    if not trainable_reward(value):
+        raise ValueError(f"the agent returned {value!r:.40}, not a number finite as float32 (rewards train as float32)")
     return float(value)
 
 

@@ -2,7 +2,8 @@
 request by request, never re-tokenizing what the model wrote.
 
 The first request's context is rendered once (a chat request's messages by the chat template,
-a text request's prompt by the tokenizer, a list of ids as they are). A later request extends the
+a text request's prompt by the tokenizer, a list of ids as they are); the agent's text is text
+on every path (`<eos>` it typed is never the end-of-sequence token, `llamarl.engine.turns`). A later request extends the
 recorded chain when it is the earlier one plus one of its sampled choices and new messages (chat:
 the same messages, then the assistant message the endpoint answered with; text: the same prompt,
 then the choice's text, or the same ids then the choice's ids): the choice's tokens are recorded
@@ -173,7 +174,7 @@ class AgentEpisode:
                     turn = {"role": "user", "content": after}
                     self._add_environment(renderer.text_ids(after) if after else [], [turn])
                     return self.context()
-        return self._restart(list(renderer.tokenizer(prompt).input_ids))
+        return self._restart(renderer.first_text_ids(prompt))
 
     def to_episode(self) -> Episode:
         """The episode as every environment's are packed and scored."""

@@ -10,13 +10,15 @@ version there), so an episode's later turns may be newer than its first; every t
 version that sampled it.
 
 An episode ends when its agent returns (`done`, with the reward it returned or None for the
-reward workers to score its last turn), raises or returns anything else (`agent_error`),
+reward workers to score its last turn), raises or returns anything else, a reward past
+float32's range included (`agent_error`),
 overruns `environment.episode_timeout_s` (`agent_timeout`), asks for more than
 `environment.max_requests` requests (`max_requests`), or asks for a turn once its
 `environment.max_tokens` are spent (`max_tokens`). An ended episode's key is revoked at once;
 its agent is not waited for. Requests that break a rule are answered with a 4xx and counted:
 a second request while one of the same episode waits (429), the chat template refusing the
-messages (400).
+messages (400), messages or a prompt that render to no tokens (400, `empty_context`: there is
+nothing to sample from, and the sampler refuses such a context too).
 """
 
 from __future__ import annotations
@@ -260,6 +262,9 @@ class AgentRunner:
             episode.restore(saved)
             detail = f"{type(err).__name__}: {err}"[:200]
             return self._refuse(item, 400, "bad_messages", f"cannot render the messages: {detail}")
+        if not item.context:  # an empty message, or only an image part, on a model without a chat template
+            episode.restore(saved)
+            return self._refuse(item, 400, "empty_context", "the request renders to no tokens: nothing to sample from")
         budget = min(self.config.max_tokens - episode.length(), self.limits.positions - len(item.context))
         if budget <= 0:
             episode.restore(saved)

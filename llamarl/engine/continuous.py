@@ -25,7 +25,7 @@ from transformers.cache_utils import DynamicLayer
 
 from llamarl.engine.kv_cache import cache_of, with_cache
 from llamarl.engine.model import Policy
-from llamarl.engine.sampling import SampleBatch, left_pad, positions, sampling_logprobs
+from llamarl.engine.sampling import SampleBatch, check_contexts, left_pad, positions, sampling_logprobs
 from llamarl.errors import ConfigError
 
 
@@ -130,6 +130,7 @@ class RunningBatch:
         """Start n rows for each (key, prompt ids); keys must not be running already."""
         if not prompts:
             return
+        check_contexts([p for _, p in prompts])
         for key, _ in prompts:
             if key in self.groups:
                 raise ValueError(f"group {key!r} is already running")

@@ -10,18 +10,20 @@ generator takes up a newly announced version there), so later turns may carry a 
 than earlier ones. An episode ends when the environment says done (`done`), after
 environment.max_turns model turns (`max_turns`), at environment.max_tokens (`max_tokens`: the
 environment still judges the turn that reached it), or when its environment raises or answers
-with anything but an EnvStep of messages and a finite reward (`env_error`), or overruns
-environment.step_timeout_s (`env_timeout`); the reason is recorded with it.
+with anything but an EnvStep of messages and a reward finite as float32 (`env_error`), or overruns
+environment.step_timeout_s (`env_timeout`); the reason is recorded with it. A prompt of no tokens
+(first messages that render to nothing) never reaches the sampler: its episodes end `env_error`
+(`empty_context`) before their first turn, with the example's own prompt to pack them under.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from llamarl.config import EnvironmentConfig
@@ -32,6 +34,14 @@ from llamarl.engine.turns import TurnRenderer
 from llamarl.envs.base import Environment, EnvStep, Message
 from llamarl.envs.registry import EnvFactory
 from llamarl.tasks import Example
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def trainable_reward(number: float) -> bool:
+    """Whether a reward survives the trip to the trainer: rewards travel and train as float32,
+    where a float past its range (1e300, finite here) is infinite and the group is refused."""
+    return abs(number) <= FLOAT32_MAX  # False for NaN too
 
 
 @dataclass
@@ -135,10 +145,13 @@ class EpisodeRunner:
             group = range(g * num_samples, (g + 1) * num_samples)
             first = next((starts[i].value for i in group if starts[i].error is None), None)
             prompt = self.renderer.prompt(first or [{"role": "user", "content": example.prompt}])
+            # A prompt of no tokens cannot be sampled from; the group is packed under its example's.
+            empty = None if prompt else "empty_context: the first messages render to no tokens"
+            packed = prompt or self.policy.encode_example(example)
             for i in group:
-                episode = Episode(example, envs[i].value, prompt, list(first or []))
-                if starts[i].error is not None or starts[i].value != first:
-                    episode.end, episode.error = "env_error", starts[i].error or "start differs"
+                episode = Episode(example, envs[i].value, packed, list(first or []))
+                if empty or starts[i].error is not None or starts[i].value != first:
+                    episode.end, episode.error = "env_error", empty or starts[i].error or "start differs"
                 episodes.append(episode)
         return episodes
 
@@ -247,13 +260,13 @@ def _start(made: Outcome, example: Example) -> list[Message]:
 
 
 def _step(episode: Episode) -> EnvStep:
-    """The environment's step, checked: an EnvStep with messages and a finite reward or None
-    (anything else is the environment's error, ending its episode)."""
+    """The environment's step, checked: an EnvStep with messages and a reward finite as float32,
+    or None (anything else is the environment's error, ending its episode)."""
     assert episode.env is not None
     step = episode.env.step(episode.turns[-1]["content"])
     if not isinstance(step, EnvStep):
         raise TypeError(f"step() returned {type(step).__name__}, not an EnvStep")
     _messages(step.messages)
-    if step.reward is not None and (not isinstance(step.reward, int | float) or not math.isfinite(step.reward)):
-        raise TypeError("the reward must be a finite number or None")
+    if step.reward is not None and (not isinstance(step.reward, int | float) or not trainable_reward(step.reward)):
+        raise TypeError("the reward must be a finite number within float32's range, or None")
     return step

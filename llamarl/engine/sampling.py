@@ -18,6 +18,7 @@ import torch
 
 from llamarl.engine.kv_cache import cache_of, with_cache
 from llamarl.engine.model import Policy
+from llamarl.errors import EmptyContextError
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,14 @@ def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
             ids[i, width - len(row) :] = torch.tensor(row)
             mask[i, width - len(row) :] = 1
     return ids, mask
+
+
+def check_contexts(prompts: list[list[int]]) -> None:
+    """EmptyContextError unless every context holds a token: alone, an empty one cannot be
+    computed at all; beside others it would be sampled from an attention row of nothing."""
+    empty = [i for i, row in enumerate(prompts) if not row]
+    if empty or not prompts:
+        raise EmptyContextError(f"contexts {empty[:8]} of {len(prompts)} hold no tokens: nothing to sample from")
 
 
 def positions(mask: torch.Tensor) -> torch.Tensor:
@@ -96,6 +105,7 @@ def sample(
     Each prompt is computed once and its keys/values are shared by its n samples. Without
     left padding (prompts of one length) no attention mask is built at all.
     """
+    check_contexts(prompts)
     model, eos_id = policy.model, policy.eos_id
     device = model.device  # the batch is built there; the result comes back on the CPU
     group_ids, group_mask = (t.to(device) for t in left_pad(prompts, policy.pad_id))

@@ -8,11 +8,13 @@ for the model's next turn: what follows a placeholder for the model's text when 
 conversation is rendered, so the model's own tokens are never re-tokenized. Without a template the messages'
 texts are appended as they are. The model's tokens stay exactly those it sampled.
 
-Text an environment or a tool wrote cannot forge tokens: its control characters are escaped
-(`\\x00`), so no reply can contain the renderer's markers, which also carry a fresh random
-nonce each time (the model cannot write them either), and it is tokenized with special tokens
-split (`<eos>` written by a tool is the five characters, never the end-of-sequence token). Only
-the template's own markup becomes control tokens.
+Text an environment, a tool or an agent wrote cannot forge tokens, in a reply or in the first
+messages: its control characters are escaped (`\\x00`), so no text can contain the renderer's
+markers, which also carry a fresh random nonce each time (the model cannot write them either),
+and it is tokenized with special tokens split (`<eos>` typed by an agent is the five characters,
+never the end-of-sequence token). Only the template's own markup becomes control tokens. First
+messages with nothing that could become one are rendered whole, exactly as a single-turn
+rollout encodes its prompt.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class TurnRenderer:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self.tokenizer = policy.tokenizer
+        self.specials = [t.content for t in self.tokenizer.added_tokens_decoder.values() if t.special]
+        """The texts the tokenizer turns into control tokens unless told to split them."""
 
     def _render(self, messages: list[Message], cue: bool) -> str:
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=cue, tokenize=False)
@@ -49,13 +53,39 @@ class TurnRenderer:
         encoded = self.tokenizer(escape_control(text), add_special_tokens=False, split_special_tokens=True)
         return list(encoded.input_ids)
 
+    def first_text_ids(self, text: str) -> list[int]:
+        """Tokens of a whole text prompt: as `text_ids`, after the tokenizer's own start (BOS)."""
+        encoded = self.tokenizer(escape_control(text), split_special_tokens=True)
+        return list(encoded.input_ids)
+
+    def _forges(self, text: str) -> bool:
+        """Whether `text` holds what would not stay text if tokenized whole: a special token's
+        text or a control character."""
+        return CONTROL.search(text) is not None or any(special in text for special in self.specials)
+
     def prompt(self, messages: list[Message]) -> list[int]:
-        """The prompt's tokens, ending with the cue for the model's first turn."""
+        """The prompt's tokens, ending with the cue for the model's first turn; the messages'
+        text is never a control token (see the module's doc)."""
         if len(messages) == 1:  # exactly as a single-turn rollout encodes its prompt
-            return self.policy.encode_prompt(messages[0]["content"])
+            messages = [{"role": "user", "content": messages[0]["content"]}]
         if not self.policy.chat:
-            return list(self.tokenizer("".join(m["content"] for m in messages)).input_ids)
-        return self.ids(self._render(messages, cue=True))
+            return self.first_text_ids("".join(m["content"] for m in messages))
+        if not any(self._forges(m["content"]) for m in messages):
+            return self.policy.encode_messages(messages)
+        nonce = secrets.token_hex(8)
+        marks = {f"\x00text-{nonce}-{i}\x00": m["content"] for i, m in enumerate(messages)}
+        marked = [{**m, "content": mark} for m, mark in zip(messages, marks, strict=True)]
+        return self._spelled(self._render(marked, cue=True), marks)
+
+    def _spelled(self, rendered: str, marks: dict[str, str]) -> list[int]:
+        """Tokens of template text holding `marks`' markers: each marker spelled as the text it
+        stands for, the template's pieces with their control tokens."""
+        if not marks:  # an empty pattern would split between every character
+            return self.ids(rendered)
+        ids: list[int] = []
+        for piece in re.split("(" + "|".join(map(re.escape, marks)) + ")", rendered):
+            ids += self.text_ids(marks[piece]) if piece in marks else self.ids(piece)
+        return ids
 
     def reply(self, history: list[Message], ended_with_eos: bool, new: list[Message]) -> list[int]:
         """The tokens of `new` after a model turn; `history` is the conversation before that
@@ -74,7 +104,4 @@ class TurnRenderer:
         eos = str(self.tokenizer.eos_token)
         if ended_with_eos and rest.startswith(eos):
             rest = rest[len(eos) :]
-        ids: list[int] = []
-        for piece in re.split(f"(\x00env-text-{nonce}-\\d+\x00)", rest):
-            ids += self.text_ids(marks[piece]) if piece in marks else self.ids(piece)
-        return ids
+        return self._spelled(rest, marks)

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from llamarl.engine.continuous import FinishedGroup, Sampler
+from llamarl.engine.sampling import check_contexts
 from llamarl.engine.vllm_engine import VllmEngine, completions_batch, token_logprobs
 
 
@@ -74,6 +75,7 @@ class VllmBatch:
         """Start n samples of each (key, prompt ids); keys must not be running already."""
         from vllm.inputs import TokensPrompt
 
+        check_contexts([p for _, p in prompts])
         for key, prompt in prompts:
             if key in self.ids:
                 raise ValueError(f"group {key!r} is already running")

@@ -31,7 +31,7 @@ from llamarl.config import VllmConfig
 from llamarl.engine.adapters import has_adapters
 from llamarl.engine.continuous import Sampler
 from llamarl.engine.model import Policy
-from llamarl.engine.sampling import SampleBatch, left_pad
+from llamarl.engine.sampling import SampleBatch, check_contexts, left_pad
 
 ENVIRONMENT = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -167,6 +167,7 @@ class VllmEngine:
         """What `llamarl.engine.sampling.sample` returns, sampled by vLLM."""
         from vllm.inputs import TokensPrompt
 
+        check_contexts(prompts)
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
         sampler = Sampler(num_samples, max_new_tokens, min_new_tokens, temperature, top_p, generator, greedy)
         params = [self.params(sampler) for _ in prompts]

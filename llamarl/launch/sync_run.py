@@ -12,7 +12,8 @@ which is what `llamarl bench async-vs-sync` compares. A sync run keeps no Redis 
 be resumed, so it writes no checkpoints: it is the benchmarks' baseline, and `llamarl run` says so
 as it starts (`workers.layout: auto` never chooses it; it takes turns in the colocated layout).
 Writes RUN_DIR/metrics.jsonl (with each step's phase seconds: generate_s, score_s, train_s,
-step_s) and returns the run summary.
+step_s) and returns the run summary, with the in-memory ledger and the refusals counted by
+reason, as an async run's has them.
 """
 
 from __future__ import annotations
@@ -124,7 +125,10 @@ def run_sync(config: RunConfig) -> dict[str, Any]:
             phases = _fill_step(generator, scorer, trainer, config.sync.timeout_s)
             trainer.train_step(phases, step_started=started)
             progress.update(held_out=trainer.evaluations.final_accuracy)
-        return trainer.finish("sync")
+        summary = trainer.finish("sync")
+        for each in runtimes:  # every refusal counted, to report them all
+            each.rejections.flush(force=True)
+        return summary | {"ledger": store.ledger(), "rejected": store.rejected()}
     finally:
         progress.close()
         for role in (trainer, generator, scorer):

@@ -11,7 +11,9 @@ weights. The wire schema already holds the types; this checks what the trainer r
 - an episode group's records parse (`llamarl.protocol.episodes`).
 
 A refused group raises `ProtocolError` naming the reason; the trainer counts it and leaves its
-ticket open, so the ticket's lease lapses and another generator redoes it.
+ticket open, so the ticket's lease lapses and another generator redoes it, unless the reason is
+its reward (`bad_reward`: the same scorer would give it again): that group is set aside, its
+ticket ended `skipped`, never redone forever.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 A group whose oldest token is more than `max_staleness` versions behind the trainer's version at
 the time of use is dropped and its ticket ended as `dropped_stale`; with dynamic sampling a group
-with no signal is skipped and its ticket ended as `skipped` (`llamarl.roles.group_signal`); every
+with no signal is skipped and its ticket ended as `skipped` (`llamarl.roles.group_signal`), as is
+one refused for its reward, which no redo would fix (`llamarl.roles.admission`); every
 trained group ends its ticket as `trained` (exactly once, by the store's compare-and-set), shaped
 by overlong shaping when it is on (`llamarl.algorithms.overlong`). Each trained group is also
 written to RUN_DIR/trained.jsonl (ticket, rollout id, staleness) so a run can be audited; the line
@@ -30,12 +31,11 @@ from llamarl.algorithms.overlong import overlong_shaping
 from llamarl.bus import Bus, WorkQueue
 from llamarl.engine.rollouts import (
     component_means,
-    episode_records,
     oldest_version,
     shaped_rewards,
     train_group,
 )
-from llamarl.errors import ConfigError, ProtocolError
+from llamarl.errors import ProtocolError
 from llamarl.observe.metric_sinks import make_metrics
 from llamarl.protocol import Control, ScoredGroup, VersionAnnouncement
 from llamarl.roles.admission import check_scored
@@ -44,6 +44,7 @@ from llamarl.roles.base import RoleResult
 from llamarl.roles.group_signal import SignalFilter
 from llamarl.roles.held_out import TrainerEvaluations
 from llamarl.roles.runtime import RoleRuntime
+from llamarl.roles.set_aside import SetAside
 from llamarl.roles.ticket_book import TicketBook
 from llamarl.roles.trainer_durability import Checkpointer, resume, rewind_logs
 from llamarl.roles.trainer_evaluations import EvaluationLog
@@ -57,10 +58,9 @@ from llamarl.weightsync import Staged, WeightPublisher
 from llamarl.weightsync.messages import joined_shards
 
 log = structlog.get_logger(__name__)
-RAISED = ("env_error", "agent_error")
-"""The ends of an episode whose environment or agent raised: its group is set aside."""
 ENV_FAILURES_IN_A_ROW = 50
-"""Episode groups whose environment raised, one after another, before the run gives up on it."""
+"""Groups whose environment raised (or whose reward was refused), one after another, before the
+run gives up on it."""
 POLL_MS = 20
 
 
@@ -104,12 +104,7 @@ class Trainer:
         config = runtime.config
         self.overlong = overlong_shaping(config.sampling, config.generation.max_new_tokens, self.policy.eos_id)
         self.signal = SignalFilter.of(config)
-        self.skipped: list[int] = []
-        """Tickets of the groups skipped since the last gather, to end in one round trip."""
-        self.env_failures_in_a_row = 0
-        self.num_set_aside = 0
-        """Groups ended `skipped` so far: by dynamic sampling, or because an environment
-        raised in one of their episodes."""
+        self.aside = SetAside(runtime, ENV_FAILURES_IN_A_ROW)
         self.book = TicketBook()
         self.last: dict[str, Any] = {}
         self.rl_started = self.started
@@ -190,51 +185,42 @@ class Trainer:
     def admit(self, scored: ScoredGroup) -> None:
         """Buffer a scored group unless it fails the door's checks (`llamarl.roles.admission`,
         counted by reason), its ticket has ended or is buffered already (a late duplicate of a
-        reissued ticket; decided locally, see llamarl.roles.ticket_book), or dynamic sampling
-        skips it or one of its episodes' environment raised (its ticket ends `skipped` at the end
-        of the gather, and the gate draws a new prompt in its place)."""
+        reissued ticket; decided locally, see llamarl.roles.ticket_book), or it is set aside
+        (`llamarl.roles.set_aside`): dynamic sampling skips it, one of its episodes' environment
+        raised, or the door refused it for its reward."""
+        ticket_id = scored.group.ticket_id
         try:
             check_scored(scored, self.vocab_size, self.policy_version)
         except ProtocolError as err:
             self.runtime.rejections.record(err.reason, str(err))
             self.runtime.count("refused_groups")
+            # A redo cannot fix a reward (its scorer would give it again): set aside, not redone
+            # forever; any other refusal leaves the ticket open for its lease to lapse.
+            if err.reason == "bad_reward" and not self.holds(ticket_id):
+                self.aside.bad_reward(err)
+                self.set_aside(ticket_id)
             return
-        ticket_id = scored.group.ticket_id
-        if self.book.has_ended(ticket_id) or any(item.group.ticket_id == ticket_id for item in self.buffer):
+        self.aside.passed()
+        if self.holds(ticket_id):
             self.runtime.count("duplicate_groups")
             return
-        failed = scored.group.episodes and self.env_failed(scored)
-        if failed:  # an environment raised: the group is set aside and its prompt drawn anew
-            self.runtime.count("groups_env_error")
+        failed = scored.group.episodes and self.aside.env_failed(scored)
         if failed or (self.signal.enabled and self.signal.skips(shaped_rewards(scored, self.overlong))):
-            self.skipped.append(ticket_id)
-            self.book.mark([ticket_id])
-            self.num_set_aside += 1
+            self.set_aside(ticket_id)
             return
         self.buffer.append(scored)
 
-    def env_failed(self, scored: ScoredGroup) -> bool:
-        """Whether an environment (or an agent) raised in one of the group's episodes;
-        ConfigError (the run ends, naming it) once it did in ENV_FAILURES_IN_A_ROW groups in a
-        row."""
-        errors = [r["error"] for r in episode_records(scored.group) if r["end"] in RAISED]
-        self.env_failures_in_a_row = self.env_failures_in_a_row + 1 if errors else 0
-        if self.env_failures_in_a_row >= ENV_FAILURES_IN_A_ROW:
-            environment = self.runtime.config.environment
-            named = f"agent {environment.agent}" if environment.agent else f"kind {environment.kind}"
-            raise ConfigError(
-                f"environment.{named}: it raised in "
-                f"{ENV_FAILURES_IN_A_ROW} episode groups in a row (the last: {errors[0]}); fix it "
-                "and resume, or set another environment"
-            )
-        return bool(errors)
+    def holds(self, ticket_id: int) -> bool:
+        """Whether the ticket has ended or its group is buffered already."""
+        return self.book.has_ended(ticket_id) or any(item.group.ticket_id == ticket_id for item in self.buffer)
 
-    def end_skipped(self) -> None:
-        if not self.skipped:
-            return
-        self.runtime.store.end_tickets([(i, "skipped") for i in self.skipped])
-        self.runtime.count("groups_skipped", len(self.skipped))
-        self.skipped = []
+    def set_aside(self, ticket_id: int) -> None:
+        self.aside.add(ticket_id)
+        self.book.mark([ticket_id])
+
+    @property
+    def num_set_aside(self) -> int:
+        return self.aside.num_set_aside
 
     def drop_stale(self) -> None:
         limit = self.runtime.config.staleness.max_staleness
@@ -255,7 +241,7 @@ class Trainer:
         while envelope is not None:
             self.admit(envelope.payload)
             envelope = self.scored.recv(0)
-        self.end_skipped()
+        self.aside.end()
         self.drop_stale()
         return len(self.buffer) >= self.runtime.config.trainer.prompts_per_step
 

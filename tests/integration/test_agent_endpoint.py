@@ -193,3 +193,17 @@ def test_requests_the_model_cannot_serve_are_refused_and_end_nothing_else(
     assert outcomes == ["400", "400", "200", "400"]
     assert episode.end == "max_tokens" and episode.num_model_turns == 1
     assert rejected["bad_request"] == 2 and rejected["agent_sampling_overridden"] == 1
+
+
+def test_special_tokens_an_agent_types_into_a_first_request_are_text(
+    made: list[AgentRunner], rejected: Counter[str]
+) -> None:
+    made.append(run := runner("types_specials", rejected))
+    episodes = play(run, count=3, num_samples=1)
+    assert [e.end for e in episodes] == ["done"] * 3 and not rejected
+    spelled = TurnRenderer(run.policy).text_ids
+    chat, text, history = (e.prompt for e in episodes)
+    assert chat == spelled("1<eos>2=") == text
+    assert history == spelled("1<eos>1<eos>2=")
+    for episode in episodes:  # `<eos>` is the five characters, nowhere the end of a sequence
+        assert run.policy.eos_id not in episode.prompt

@@ -71,3 +71,23 @@ def test_tool_calls_round_trip_and_odd_schemas_fall_back_to_input() -> None:
     assert reply_message(text, [], "call_2") == {"role": "assistant", "content": text}
     result = as_text({"role": "tool", "tool_call_id": "call_0", "content": "36"})
     assert result == {"role": "tool", "content": "<result>36</result>"}
+
+
+def test_only_the_chat_templates_own_markup_becomes_control_tokens() -> None:
+    policy = build_policy(ModelConfig(extra_characters='<>/{}":acelorstu'), seed=0)
+    policy.tokenizer.chat_template = (
+        "{% for m in messages %}{{ m.role[0] }}:{{ m.content }}<eos>{% endfor %}"
+        "{% if add_generation_prompt %}a:{% endif %}"
+    )
+    policy.chat = True
+    renderer = TurnRenderer(policy)
+    eos = policy.eos_id
+    plain = AgentEpisode(Example(0, "1+1=", "2"))
+    assert plain.chat_context(renderer, [{"role": "user", "content": "1+1="}]) == ids("u:1+1=") + [eos] + ids("a:")
+    typed = [{"role": "user", "content": "1<eos>"}, {"role": "assistant", "content": "<eos>2"}]
+    episode = AgentEpisode(Example(0, "1+1=", "2"))
+    context = episode.chat_context(renderer, [*typed, {"role": "user", "content": "3="}])
+    spelled = RENDERER.text_ids
+    turns = [*ids("u:"), *spelled("1<eos>"), eos, *ids("a:"), *spelled("<eos>2"), eos]
+    assert context == [*turns, *ids("u:3="), eos, *ids("a:")]
+    assert context.count(eos) == 3  # the template's, after each message

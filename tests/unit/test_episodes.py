@@ -131,19 +131,29 @@ def test_limits_end_episodes_by_turns_and_tokens() -> None:
 
 
 def test_an_environment_answering_with_anything_but_an_envstep_ends_its_episode() -> None:
-    examples_ = examples(4)
+    examples_ = examples(5)
     run = runner("tests.episode_envs:BadOutputEnv")
     episodes = run.run(examples_, 1, Sampling(8, generator=torch.Generator().manual_seed(0)), lambda: 0)
-    assert [e.end for e in episodes] == ["env_error"] * 4
+    assert [e.end for e in episodes] == ["env_error"] * 5
     errors = [str(e.error) for e in episodes]
     assert "not an EnvStep" in errors[0] and "messages must be" in errors[1]
-    assert "finite number" in errors[2] and "finite number" in errors[3]
+    assert all("finite number within float32's range" in error for error in errors[2:])
 
 
 def test_an_environment_that_raises_ends_its_episode_and_the_trainer_refuses_its_group() -> None:
     episodes = play(runner("tests.episode_envs:RaisingEnv"), num_samples=2)
     assert [e.end for e in episodes] == ["env_error", "env_error", "done", "done"]
     assert "the environment broke" in str(episodes[0].error)
+
+
+def test_a_start_of_no_tokens_ends_its_episodes_before_the_sampler_and_packs_a_group() -> None:
+    run = runner("tests.episode_envs:EmptyStartEnv")
+    episodes = play(run, num_samples=2)
+    assert [e.end for e in episodes] == ["env_error", "env_error", "done", "done"]
+    assert "empty_context" in str(episodes[0].error) and episodes[0].num_model_turns == 0
+    group = pack_episodes(episodes, examples(), [(0, 0), (1, 0)])[0]
+    scored = score_group(group, VerifierScorer(make_verifier("exact_int"), "exact_int"))
+    check_scored(scored, vocab_size=64, policy_version=3)  # the trainer takes it, to set it aside
 
 
 def test_environment_rewards_win_over_the_scorer_and_records_are_checked() -> None:

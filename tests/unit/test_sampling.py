@@ -10,6 +10,7 @@ import torch
 from llamarl.config import ModelConfig
 from llamarl.engine.model import build_policy
 from llamarl.engine.sampling import sample, sampling_logprobs, token_logprobs
+from llamarl.errors import EmptyContextError
 
 PROMPTS = ["1+2=", "12+34=", "7+88=", "99+99="]  # different lengths: left padding in the batch
 
@@ -106,3 +107,10 @@ def test_min_new_tokens_holds_eos_back_and_pi_masks_it_the_same_way(policy) -> N
     assert (batch.completion_mask.sum(1) >= 5).all()
     assert (batch.completion_ids[:, 4] == policy.eos_id).any(), "EOS allowed from token 5"
     assert torch.allclose(logp, batch.logprobs, atol=1e-4)
+
+
+def test_a_context_of_no_tokens_is_refused_with_a_clear_error(policy) -> None:
+    # Alone it cannot be reshaped; beside others it would sample from an empty attention row.
+    for prompts in ([[]], [policy.tokenizer("1+2=").input_ids, []]):
+        with pytest.raises(EmptyContextError, match="no tokens"):
+            sample(policy, prompts, num_samples=1, max_new_tokens=2)
