@@ -6,12 +6,12 @@ import argparse
 import os
 import signal
 import socket
-import sys
 from collections.abc import Callable
 
 import structlog
 import torch
 
+from brokers.run_status import worker_finished
 from llamarl.config import RunConfig, apply_overrides, load_config, parse_config
 from llamarl.errors import ConfigError
 from llamarl.launch import allocator, cores
@@ -20,8 +20,8 @@ from llamarl.observe.metrics_export import serve_metrics
 from llamarl.roles.base import RoleResult
 from llamarl.roles.build import connect
 from llamarl.roles.runtime import RoleRuntime
-from llamarl.store import RedisStore
 from llamarl.training.memory_check import trainer_memory
+from workers.exits import gave_up
 
 log = structlog.get_logger(__name__)
 
@@ -45,54 +45,29 @@ def load_worker_config(role: str, args: argparse.Namespace) -> RunConfig:
     return trainer_memory(config, allocator.return_freed_memory) if role == "trainer" else config
 
 
-def finished(role: str, worker_id: str, config: RunConfig) -> bool:
-    """Whether the run's Redis says it finished, then said in one line: a role started on a
-    finished run leaves it as it is (its files, its Redis) instead of starting it again."""
-    if config.redis.url is None:  # connect() says what is missing
-        return False
-    store = RedisStore(config.redis.url, config.run_id, config.redis.connect_deadline_s)
-    try:
-        done = store.run_status() == "finished"
-    finally:
-        store.close()
-    if done:
-        print(f"{role} {worker_id}: run {config.run_id} finished; nothing to do", file=sys.stderr)
-    return done
-
-
 def run_worker(role: str, argv: list[str] | None, body: Callable[[RoleRuntime], RoleResult]) -> int:
-    """Connect the role's runtime, run `body`, always close. Exit codes (one line each): 0 done,
-    or the run had finished already; 2 bad config, or Redis refused this client or its writes
-    (`llamarl.store.refusals`); 3 Redis or the broker gone past its deadline, Redis unable to
-    serve for now, or a push blocked past its timeout."""
+    """Connect the role's runtime, run `body`, always close. Exit codes (one line each): 0 done or
+    finished before; 2 bad config, or Redis refusing us (`llamarl.store.refusals`); 3 Redis or the
+    broker gone past its deadline or unable for now, or a push blocked past its timeout."""
     args = parse_worker_args(role, argv)
     worker_id = args.worker_id or f"{role}-{socket.gethostname()[:32]}-{os.getpid()}"
     configure_logging(role, worker_id, args.log_format)
     try:
         config = load_worker_config(role, args)
-        if finished(role, worker_id, config):
+        if worker_finished(role, worker_id, config):
             return 0
         runtime = connect(role, config, worker_id)
-        runtime.register()
+        runtime.register()  # refused: nothing of it to close in Redis
         if args.metrics_port is not None:
             serve_metrics(runtime.gauges, runtime.identity(), args.metrics_port)
-    except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
-        return 2
-    except ConnectionError as err:
-        print(f"{role} {worker_id}: {err}", file=sys.stderr)
-        return 3
+    except (ConfigError, ConnectionError) as err:
+        return gave_up(role, worker_id, err)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda num, _: runtime.request_stop(signal.Signals(num).name))
     try:
         log.info("finished", units=body(runtime).units)
-    except ConfigError as err:  # found while building the role (a model path, a transport)
-        print(f"config error: {err}", file=sys.stderr)
-        return 2
-    except (ConnectionError, TimeoutError) as err:  # Redis or the broker gone for too long
-        log.error("giving up", error=str(err))
-        print(f"{role} {worker_id}: {err}", file=sys.stderr)
-        return 3
+    except (ConfigError, ConnectionError, TimeoutError) as err:  # a model path; Redis gone too long
+        return gave_up(role, worker_id, err)
     finally:
         runtime.close()
         runtime.store.close()

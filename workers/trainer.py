@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 
 import structlog
 
+from brokers.run_status import worker_finished
 from llamarl.errors import ConfigError
 from llamarl.launch import supervise
 from llamarl.launch.allocator import keep_freed_memory
@@ -21,7 +21,8 @@ from llamarl.roles.base import RoleResult, run_role
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.store import RedisStore
 from llamarl.training.parallel import TrainerRanks, leaving
-from workers.common import finished, load_worker_config, parse_worker_args, run_worker
+from workers.common import load_worker_config, parse_worker_args, run_worker
+from workers.exits import gave_up
 
 log = structlog.get_logger(__name__)
 
@@ -43,14 +44,10 @@ def run_rank(argv: list[str] | None) -> int:
     configure_logging("trainer", worker_id, args.log_format)
     try:
         config = load_worker_config("trainer", args)
-        if finished("trainer", worker_id, config):  # before meeting the other ranks
+        if worker_finished("trainer", worker_id, config):  # before meeting the other ranks
             return 0
-    except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
-        return 2
-    except ConnectionError as err:
-        print(f"trainer {worker_id}: {err}", file=sys.stderr)
-        return 3
+    except (ConfigError, ConnectionError) as err:
+        return gave_up("trainer", worker_id, err)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(
             signum, lambda num, _: log.info("signal; waiting for rank 0 to stop", signal=signal.Signals(num).name)
