@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from llamarl.agents.isolation import PrivateThread, client, prepare_client
-from llamarl.engine.episodes import trainable_reward
 from llamarl.errors import ConfigError
+from llamarl.protocol import trainable_reward
 from llamarl.tasks import Example
 from llamarl.user_code import load_named
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 
 from llamarl.config import EnvironmentConfig
@@ -33,15 +32,8 @@ from llamarl.engine.sampling import SampleBatch, sample
 from llamarl.engine.turns import TurnRenderer
 from llamarl.envs.base import Environment, EnvStep, Message
 from llamarl.envs.registry import EnvFactory
+from llamarl.protocol import trainable_reward
 from llamarl.tasks import Example
-
-FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-
-def trainable_reward(number: float) -> bool:
-    """Whether a reward survives the trip to the trainer: rewards travel and train as float32,
-    where a float past its range (1e300, finite here) is infinite and the group is refused."""
-    return abs(number) <= FLOAT32_MAX  # False for NaN too
 
 
 @dataclass

@@ -11,6 +11,7 @@ from llamarl.protocol.messages import (
     ScoredGroup,
     VersionAnnouncement,
     make_envelope,
+    trainable_reward,
 )
 
 __all__ = [
@@ -24,5 +25,6 @@ __all__ = [
     "decode",
     "encode",
     "make_envelope",
+    "trainable_reward",
     "validate_frames",
 ]

@@ -43,6 +43,16 @@ class RolloutGroup:
     null, and why it ended). The tokens the environment wrote have version -1 and log-prob 0."""
 
 
+REWARD_LIMIT = 3.4028234663852886e38
+"""float32's largest value: rewards travel and train as float32, where a float past it (1e300,
+finite in Python) is infinite and its group is refused."""
+
+
+def trainable_reward(number: float) -> bool:
+    """Whether a reward survives the trip to the trainer (False for NaN and infinities too)."""
+    return abs(number) <= REWARD_LIMIT
+
+
 @dataclass(frozen=True)
 class ScoredGroup:
     """A rollout group with one reward per completion, as published by a reward worker."""

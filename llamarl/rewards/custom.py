@@ -20,7 +20,6 @@ and is counted (`reward_timeout`), never taking the worker down.
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +28,7 @@ import structlog
 
 from llamarl.config import TaskConfig
 from llamarl.errors import ConfigError
+from llamarl.protocol import trainable_reward
 from llamarl.rewards.deadline import EventLoop, RewardTimeout, call_within
 from llamarl.user_code import load_function
 
@@ -83,8 +83,8 @@ def _number(value: Any, what: str = "") -> float:
     if isinstance(value, str) or not isinstance(value, int | float):
         raise BadReturn(f"{what}a {type(value).__name__}, not a number")
     number = float(value)
-    if not math.isfinite(number):
-        raise BadReturn(f"{what}{number}")
+    if not trainable_reward(number):  # NaN, an infinity, or past float32's range (1e300)
+        raise BadReturn(f"{what}{number}, not a number finite as float32 (rewards train as float32)")
     return number
 
 

@@ -167,13 +167,17 @@ def test_a_batched_reward_gets_lists_and_a_wrong_answer_counts(tmp_path: Path, m
 def test_a_reward_returning_nonsense_scores_zero_and_is_counted_and_refused_before_a_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    source = "def reward(completion, answer):\n    return 'yes' if completion else float('nan')\n"
+    source = (
+        "def reward(completion, answer):\n"
+        "    return {'': float('nan'), '1e300': {'huge': 1e300}}.get(completion, 'yes')\n"
+    )
     task = _task(tmp_path, monkeypatch, "string_reward", source)
     seen, on_problem = _problems()
-    outcomes = UserReward(task, on_problem).score([Sample("x", "1"), Sample("", "1")])
-    assert [o.total for o in outcomes] == [0.0, 0.0]
-    assert [reason for reason, _ in seen] == ["reward_error", "reward_error"]
+    outcomes = UserReward(task, on_problem).score([Sample("x", "1"), Sample("", "1"), Sample("1e300", "1")])
+    assert [o.total for o in outcomes] == [0.0, 0.0, 0.0]
+    assert [reason for reason, _ in seen] == ["reward_error"] * 3
     assert "returned a str, not a number" in seen[0][1] and "returned nan" in seen[1][1]
+    assert "returned component 'huge': 1e+300, not a number finite as float32" in seen[2][1], "past float32's range"
     config = parse_config({"task": task.model_dump(), "model": MODEL})
     with pytest.raises(ConfigError) as refused:
         check_data_and_rewards(config)
