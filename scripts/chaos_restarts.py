@@ -254,8 +254,8 @@ def main() -> int:
     directory.mkdir(parents=True, exist_ok=True)
     try:
         result = run(directory, args.restarts, args.seed)
-    except RuntimeError as err:
-        result = {"problems": [str(err)]}
+    except Exception as err:  # reported as the check's failure, with the JSON written
+        result = {"problems": [f"{type(err).__name__}: {err}"]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     for problem in result["problems"]:

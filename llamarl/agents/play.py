@@ -68,7 +68,15 @@ class AgentThreads:
     client is made ready before any agent runs (`llamarl.agents.isolation`)."""
 
     def __init__(self) -> None:
-        prepare_client()
+        try:
+            prepare_client()
+        except ImportError as err:
+            raise ConfigError(f"environment.agent: the agents' client needs {err.name}: pip install openai") from None
+        except Exception as err:  # the client could not talk to a server on this host
+            raise ConfigError(
+                f"environment.agent: the agents' client could not reach a loopback server ({type(err).__name__}: "
+                f"{str(err)[:120]}); a proxy in HTTP_PROXY needs NO_PROXY=127.0.0.1,localhost"
+            ) from None
         self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self.idle = 0
         self.lock = threading.Lock()

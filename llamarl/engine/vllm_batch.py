@@ -75,6 +75,8 @@ class VllmBatch:
         """Start n samples of each (key, prompt ids); keys must not be running already."""
         from vllm.inputs import TokensPrompt
 
+        if not prompts:
+            return
         check_contexts([p for _, p in prompts])
         for key, prompt in prompts:
             if key in self.ids:

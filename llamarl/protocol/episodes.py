@@ -7,10 +7,10 @@ else is a ProtocolError, so a malformed group is rejected and counted, never cra
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from llamarl.errors import ProtocolError
+from llamarl.protocol.messages import trainable_reward
 
 
 def _bad(detail: str) -> ProtocolError:
@@ -21,8 +21,8 @@ def _check_record(record: Any, index: int) -> None:
     if not isinstance(record, dict) or not {"turns", "reward", "end"} <= record.keys():
         raise _bad(f"episode {index}: expected turns, reward and end")
     reward, end, turns = record["reward"], record["end"], record["turns"]
-    if reward is not None and (type(reward) not in (int, float) or not math.isfinite(reward)):
-        raise _bad(f"episode {index}: reward must be a finite number or null")
+    if reward is not None and (type(reward) not in (int, float) or not trainable_reward(reward)):
+        raise _bad(f"episode {index}: reward must be a number finite as float32, or null")
     if not isinstance(end, str) or not isinstance(turns, list):
         raise _bad(f"episode {index}: end must be text and turns a list")
     for turn in turns:

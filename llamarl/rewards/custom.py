@@ -75,17 +75,16 @@ def outcome_of(value: Any, weights: Mapping[str, float] | None) -> Outcome:
             components[name] = _number(part, f"component {name!r}: ")
         weights = weights or {}
         total = sum(weights.get(name, 1.0) * part for name, part in components.items())
-        return Outcome(total, components)
+        return Outcome(_number(total, "weighted total: "), components)
     return Outcome(_number(value))
 
 
 def _number(value: Any, what: str = "") -> float:
     if isinstance(value, str) or not isinstance(value, int | float):
         raise BadReturn(f"{what}a {type(value).__name__}, not a number")
-    number = float(value)
-    if not trainable_reward(number):  # NaN, an infinity, or past float32's range (1e300)
-        raise BadReturn(f"{what}{number}, not a number finite as float32 (rewards train as float32)")
-    return number
+    if not trainable_reward(value):  # NaN, an infinity, past float32's range (1e300, 10**400)
+        raise BadReturn(f"{what}{value!r:.40}, not a number finite as float32 (rewards train as float32)")
+    return float(value)
 
 
 class UserReward:

@@ -8,12 +8,13 @@ bounded.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 
 import structlog
+
+from llamarl.protocol import trainable_reward
 
 log = structlog.get_logger(__name__)
 MAX_CHARS = 8000
@@ -117,7 +118,7 @@ def guarded(name: str, inner: Verifier) -> Verifier:
     def safe(completion: str, answer: str) -> float:
         try:
             reward = float(inner(completion, answer))
-            if not math.isfinite(reward):
+            if not trainable_reward(reward):
                 raise ValueError(f"reward {reward}")
             return reward
         except Exception as err:  # a verifier must never take its worker down

@@ -156,8 +156,9 @@ return count
 """
 
 _CLAIMERS = """
--- evaluation_claimers: '<version>:<chunk>' -> JSON [attempt, claimer's worker id, the pid of
--- its registration, or false when the registry did not report it alive as it claimed].
+-- evaluation_claimers: '<version>:<chunk>' -> JSON [attempt, claimer's worker id, the incarnation
+-- of its registration (a token each start writes), or false when the registry did not report it
+-- alive as it claimed].
 -- ARGV[1]: the registry's key prefix (worker hashes are read by name, so this needs one Redis,
 -- not a cluster).
 local function incarnation(worker)
@@ -165,7 +166,7 @@ local function incarnation(worker)
   if redis.call('EXISTS', key) == 0 or redis.call('HGET', key, 'status') == 'stopped' then
     return false
   end
-  return redis.call('HGET', key, 'pid') or ''
+  return redis.call('HGET', key, 'incarnation') or ''
 end
 -- Whether a claim's claimer still holds it: alive, under the registration it claimed in.
 local function holds(claim)

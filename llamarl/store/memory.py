@@ -11,6 +11,7 @@ the lease holder's id (Redis's `lease_owner`, kept for operators) is not kept: n
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import threading
 import time
@@ -66,7 +67,7 @@ class MemoryStore:
         self._worker_entries: dict[str, tuple[float, dict[str, str]]] = {}  # (expiry, fields)
         self._rejected: dict[str, int] = {}
         self._evaluation_claims: dict[int, int] = {}  # version -> chunks ever claimed
-        # (version, chunk) -> (attempt, claimer, its registration's pid or None: not alive)
+        # (version, chunk) -> (attempt, claimer, its registration's incarnation or None: not alive)
         self._evaluation_claimers: dict[tuple[int, int], tuple[int, str, str | None]] = {}
         self._evaluations: list[str] = []
         self._run_status: str | None = None
@@ -256,6 +257,7 @@ class MemoryStore:
             "status": "starting",
             "started_at": now,
             "last_seen": now,
+            "incarnation": secrets.token_hex(8),  # another on each start, even under the same pid
             **fields,
         }
         text = {name: _as_text(value) for name, value in mapping.items()}
@@ -350,11 +352,12 @@ class MemoryStore:
         return held[2] is not None and self._incarnation(held[1], now) == held[2]
 
     def _incarnation(self, worker_id: str, now: float) -> str | None:
-        """The `pid` of the worker's registration while the registry reports it alive, else None."""
+        """The worker's registration (its `incarnation`) while the registry reports it alive, else
+        None."""
         fields = self._live_fields(worker_id, now)
         if not fields or fields.get("status") == "stopped":
             return None
-        return fields.get("pid", "")
+        return fields.get("incarnation", "")
 
     def awaited_evaluations(self) -> int:
         with self._lock:

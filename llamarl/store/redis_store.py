@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import time
 import uuid
@@ -287,6 +288,7 @@ class RedisStore:
             "status": "starting",
             "started_at": now,
             "last_seen": now,
+            "incarnation": secrets.token_hex(8),  # another on each start, even under the same pid
             **fields,
         }
         key = self.key(f"worker:{worker_id}")

@@ -1,12 +1,13 @@
 """What a Redis that answers a client without serving it means, in one line with what to do.
 
 redis-py raises these answers as ResponseError or ConnectionError subclasses: DENIED (protected
-mode: no password, a client from another host), NOAUTH and WRONGPASS (the password), READONLY (a
-replica), OOM (used memory above maxmemory) and LOADING (the data set still loading; retried like a
+mode: no password, a client from another host), NOAUTH and WRONGPASS (the password), NOPERM (an
+ACL user not allowed a command), READONLY (a replica), OOM (used memory above maxmemory), MISCONF
+and MASTERDOWN (writes refused for now) and LOADING (the data set still loading; retried like a
 lost connection until the deadline). Left alone, one would end a worker in a traceback or be
-called unreachable. A mistake in the settings of Redis or
-of redis.url becomes a ConfigError (exit 2: starting again cannot help); a Redis unable to serve
-for now a `RedisUnavailableError`, a ConnectionError (exit 3 for a worker, as an unreachable one).
+called unreachable. A mistake in the settings of Redis or of redis.url becomes a ConfigError
+(exit 2: starting again cannot help); a Redis unable to serve for now a `RedisUnavailableError`,
+a ConnectionError (exit 3 for a worker, as an unreachable one).
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ def refusal(err: redis.RedisError, url: str, shown: str, what: str) -> LlamarlEr
         )
     if isinstance(err, redis.ReadOnlyError):
         return ConfigError(f"redis.url {shown}: a read-only replica (READONLY); point redis.url at its primary")
+    if isinstance(err, redis.exceptions.NoPermissionError):
+        return ConfigError(
+            f"redis.url {shown}: its user may not run {what} (NOPERM: the ACL); allow it every command llamarl "
+            "uses (docs/security.md) or use another user"
+        )
+    if str(err).startswith("MISCONF") or isinstance(err, redis.exceptions.MasterDownError):
+        return RedisUnavailableError(
+            f"redis.url {shown}: Redis refuses writes for now ({str(err)[:80]}) during {what}; see its log"
+        )
     if isinstance(err, redis.exceptions.OutOfMemoryError):
         return RedisUnavailableError(
             f"redis.url {shown}: Redis is out of memory (OOM: used memory above its maxmemory) during {what}; "

@@ -119,6 +119,10 @@ class RowReader:
             first = _first_null(rows, name)
             if first is not None:
                 raise source.row_error(first + 1, f"lacks {name!r}")
+        if self.messages_field is None and self.prompt_template is None:
+            first = _first_empty(rows, self.prompt_field)
+            if first is not None:  # a model without a chat template would be given no token
+                raise source.row_error(first + 1, f"has an empty {self.prompt_field!r}")
         if self.messages_field is not None:
             self._check_conversations(rows, source, need_reply=self.answer_field not in columns)
 
@@ -162,3 +166,17 @@ def _first_null(rows: datasets.Dataset, name: str) -> int | None:
     if column.null_count == 0:
         return None
     return int(pc.index(column.is_null(), True).as_py())
+
+
+def _first_empty(rows: datasets.Dataset, name: str) -> int | None:
+    """The position of the first empty string of text column `name` (None for another type)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    column = rows.data.column(name)
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return None
+    empty = pc.equal(pc.utf8_length(column), 0)
+    if not pc.any(empty).as_py():
+        return None
+    return int(pc.index(empty, True).as_py())

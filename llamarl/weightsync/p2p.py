@@ -56,6 +56,8 @@ POLL_MS = 100
 GO_WAIT_S = 5.0
 """How long a server waits for the go of a generator it answered (one that is receiving sends
 it at once); without one it moves on to the next request (capped by the sync timeout)."""
+MAX_QUEUED = 1000
+"""Requests a server holds while it waits for a go; past it, a request is told to ask again."""
 GO_LINGER_MS = 1000
 """A generator's go is flushed before its socket closes, for at most this long."""
 KEEP_VERSIONS = 2
@@ -225,7 +227,10 @@ class P2PWeightServer:
             if message is None:
                 continue
             if message[0] != identity:
-                self._queued.append(message)
+                if len(self._queued) < MAX_QUEUED:
+                    self._queued.append(message)
+                else:  # asked again (a refusal "not yet"), not held without bound
+                    self._answer(message[0], TransferRefusal("the weight server is busy", True))
                 continue
             return _is_go(message[1], policy_version)
         return False

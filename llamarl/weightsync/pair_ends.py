@@ -5,6 +5,7 @@ gloo.py and nccl.py subclass them with their backend."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
@@ -140,6 +141,7 @@ class PairGroupReceiver(WeightReceiver[tuple[torch.Tensor, Received]]):
         self, meta: Mapping[str, str], should_stop: StopCheck = never_stop, record: VersionRecord | None = None
     ) -> tuple[int, tuple[torch.Tensor, Received]]:
         announced = Announced.parse(meta, self.name)
+        deadline = time.monotonic() + self._config.timeout_s  # however often the trainer moves
         while True:
             for endpoint in [e for e in self._clients if e not in announced.endpoints]:
                 self._clients.pop(endpoint).close()  # a trainer gone, or one this record replaced
@@ -147,6 +149,8 @@ class PairGroupReceiver(WeightReceiver[tuple[torch.Tensor, Received]]):
                 return self._fetch(announced, should_stop, _recheck(announced, record))
             except Moved:
                 assert record is not None
+                if time.monotonic() > deadline:
+                    raise SyncError(f"the trainer moved again and again for {self._config.timeout_s:g} s") from None
                 announced = Announced.parse(record.read(), self.name)
                 log.info("following the version record", policy_version=announced.policy_version, to=announced.endpoint)
 

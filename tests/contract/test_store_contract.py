@@ -509,14 +509,15 @@ def test_a_dead_claimers_chunk_is_claimed_again_and_its_late_result_refused(back
 
 
 def test_a_claim_dies_with_its_claimers_registration(backend: Backend) -> None:
-    """A worker restarted under the same id (a new pid) or stopped no longer holds its claims;
-    a claim by a worker the registry does not report alive is dead from the start."""
+    """A worker restarted under the same id (in a container, with the same pid too) or stopped no
+    longer holds its claims; a claim by a worker the registry does not report alive is dead from
+    the start."""
     store = backend.store
-    store.register_worker("gen-0", "generator", ttl_s=60.0, pid=101)
+    store.register_worker("gen-0", "generator", ttl_s=60.0, pid=1)
     store.register_worker("gen-1", "generator", ttl_s=60.0)
     store.open_evaluation(6)
     assert store.claim_evaluation_chunk(6, 3, "gen-0") == EvaluationClaim(6, 0, 0)
-    store.register_worker("gen-0", "generator", ttl_s=60.0, pid=102)  # restarted
+    store.register_worker("gen-0", "generator", ttl_s=60.0, pid=1)  # restarted: PID 1 again
     assert store.awaited_evaluations() == 0
     assert store.claim_evaluation_chunk(6, 3, "gen-0") == EvaluationClaim(6, 0, 1), "its predecessor's"
     assert store.claim_evaluation_chunk(6, 3, "gen-1") == EvaluationClaim(6, 1, 0)

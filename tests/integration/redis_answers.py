@@ -43,20 +43,23 @@ def _command_end(buffer: bytes) -> int | None:
     return position if position <= len(buffer) else None
 
 
-class _Loading(socketserver.BaseRequestHandler):
+class _Answering(socketserver.BaseRequestHandler):
+    answer = LOADING
+
     def handle(self) -> None:
         buffer = b""
         while chunk := self.request.recv(65536):
             buffer += chunk
             while (end := _command_end(buffer)) is not None:
-                self.request.sendall(LOADING)
+                self.request.sendall(self.answer)
                 buffer = buffer[end:]
 
 
 @contextmanager
-def loading_redis() -> Iterator[str]:
-    """The URL of a server that answers every command LOADING."""
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Loading)
+def loading_redis(answer: bytes = LOADING) -> Iterator[str]:
+    """The URL of a server that answers every command LOADING (or the error line `answer`)."""
+    handler = type("Answering", (_Answering,), {"answer": answer})
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="loading-redis")
     thread.start()

@@ -16,10 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import redis
 import yaml
 
+from brokers.redis_server import RedisServer
+from llamarl.errors import ConfigError
 from llamarl.launch import supervise
-from tests.integration.redis_answers import answering_redis, outside_address
+from llamarl.store import RedisStore
+from llamarl.store.refusals import RedisUnavailableError
+from tests.integration.redis_answers import answering_redis, loading_redis, outside_address
 
 REPO = Path(__file__).resolve().parents[2]
 LLAMARL = [sys.executable, "-m", "workers.cli"]
@@ -103,3 +108,28 @@ def test_a_redis_answer_is_one_line_and_an_exit_code(case: Case, tmp_path: Path)
     message = re.sub(r"\b\d{5}\b", "PORT", message)
     row = f"| {case.input} | `` {message} `` | {case.exit_code} |"
     assert row in (REPO / "docs" / "operations.md").read_text(), f"the bad-input table lacks:\n{row}"
+
+
+MISCONF = b"-MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.\r\n"
+"""What a Redis whose snapshots fail answers a write (redis-server's own words)."""
+
+
+def test_refusals_a_worker_meets_later_are_named_too(tmp_path: Path) -> None:
+    """An ACL user not allowed a script (NOPERM), writes refused while snapshots fail (MISCONF)
+    or the primary is down (MASTERDOWN): each a one-line error of its kind from the store every
+    worker goes through. NOPERM from a real Redis, the others from a socket server speaking RESP
+    (a real Redis needs a failing disk or a cluster to say them)."""
+    server = RedisServer(tmp_path / "acl").start()
+    try:
+        admin = redis.Redis.from_url(server.url)
+        admin.acl_setuser("reader", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@read", "+ping"])
+        admin.close()
+        limited = f"redis://reader:pw@127.0.0.1:{server.port}/0"
+        with pytest.raises(ConfigError, match=r"^redis.url redis://reader:\*\*\*@.*\(NOPERM: the ACL\)"):
+            RedisStore(limited, "answers", connect_deadline_s=2).end_tickets([(0, "trained")])
+    finally:
+        server.stop()
+    for answer, shown in ((MISCONF, "MISCONF Redis is configured"), (b"-MASTERDOWN Link with MASTER is down\r\n", "")):
+        with loading_redis(answer) as url:
+            with pytest.raises(RedisUnavailableError, match=f"Redis refuses writes for now \\({shown}"):
+                RedisStore(url, "answers", connect_deadline_s=2).run_status()

@@ -285,6 +285,11 @@ BAD_DATA = [
         "task.path TMP/bad.jsonl: row 3 lacks 'answer'",
     ),
     Bad(
+        "an empty prompt (the character model would be given no token)",
+        lambda t: _bad(t, [GOOD, {"prompt": "", "answer": "1"}]),
+        "task.path TMP/bad.jsonl: row 2 has an empty 'prompt'",
+    ),
+    Bad(
         "no answer field at all",
         lambda t: _bad(t, [{"prompt": "p"}] * 3),
         "task.path TMP/bad.jsonl: row 1 lacks 'answer' (its fields: prompt)",

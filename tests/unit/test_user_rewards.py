@@ -169,15 +169,20 @@ def test_a_reward_returning_nonsense_scores_zero_and_is_counted_and_refused_befo
 ) -> None:
     source = (
         "def reward(completion, answer):\n"
-        "    return {'': float('nan'), '1e300': {'huge': 1e300}}.get(completion, 'yes')\n"
+        "    big = {'1e300': {'huge': 1e300}, 'int': 10**400, 'sum': {'a': 3e38, 'b': 3e38}}\n"
+        "    return {'': float('nan'), **big}.get(completion, 'yes')\n"
     )
     task = _task(tmp_path, monkeypatch, "string_reward", source)
     seen, on_problem = _problems()
-    outcomes = UserReward(task, on_problem).score([Sample("x", "1"), Sample("", "1"), Sample("1e300", "1")])
-    assert [o.total for o in outcomes] == [0.0, 0.0, 0.0]
-    assert [reason for reason, _ in seen] == ["reward_error"] * 3
+    samples = [Sample(text, "1") for text in ("x", "", "1e300", "int", "sum")]
+    outcomes = UserReward(task, on_problem).score(samples)
+    assert [o.total for o in outcomes] == [0.0] * 5
+    assert [reason for reason, _ in seen] == ["reward_error"] * 5
     assert "returned a str, not a number" in seen[0][1] and "returned nan" in seen[1][1]
-    assert "returned component 'huge': 1e+300, not a number finite as float32" in seen[2][1], "past float32's range"
+    # Past float32's range, where the trainer would read an infinity: a number, an int too large
+    # for a float, and a weighted total of two parts that fit.
+    assert "returned component 'huge': 1e+300, not a number finite as float32" in seen[2][1]
+    assert "returned 10000000000" in seen[3][1] and "returned weighted total: 6e+38" in seen[4][1]
     config = parse_config({"task": task.model_dump(), "model": MODEL})
     with pytest.raises(ConfigError) as refused:
         check_data_and_rewards(config)
