@@ -155,19 +155,14 @@ async def odd_requests(row: dict[str, Any], client: Any) -> None:
             outcomes.append(str(err.status_code))
 
 
-async def empty_first(row: dict[str, Any], client: Any) -> float:
+async def hostile(row: dict[str, Any], client: Any) -> float:
     """Contexts of no tokens on the built model (it has no chat template): an empty message and
-    a message of only an image part, each refused; then one good turn, rewarded by parity."""
+    a message of only an image part, each refused; then one good turn, rewarded by parity, or
+    with a reward outside float32's range for prompts whose `a` is a multiple of 3."""
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}
     for content in ("", [image]):
         messages = [{"role": "user", "content": content}]
         await _refused(client, client.chat.completions.create(model="p", messages=messages, max_tokens=2))
-    await one_request(client, row)
-    return float(row["a"] % 2)
-
-
-async def huge_reward(row: dict[str, Any], client: Any) -> float:
-    """One turn; a reward outside float32's range for prompts whose `a` is a multiple of 3."""
     await one_request(client, row)
     return 1e300 if row["a"] % 3 == 0 else float(row["a"] % 2)
 

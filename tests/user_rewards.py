@@ -11,14 +11,3 @@ def digit_share(completion: str) -> float:
     """The share of the completion's characters that are digits: it differs between samples,
     so every group has advantages and each step moves the model."""
     return sum(c.isdigit() for c in completion) / max(len(completion), 1)
-
-
-def huge_for_some(completion: str, answer: str) -> float:
-    """A reward outside float32's range for answers ending in 0, 1 or 2 (finite as a Python float,
-    so only the trainer's door sees it); elsewhere, whether the completion is right."""
-    return 1e300 if answer[-1:] in "012" else float(completion.strip() == answer)
-
-
-def always_huge(completion: str) -> float:
-    """A reward outside float32's range for every completion."""
-    return 1e300
