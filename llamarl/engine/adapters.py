@@ -6,18 +6,18 @@ model at `model.path`, or the seeded built one), so a version is the adapter ten
 (base output plus the low-rank update) rather than merging each version into the base weights:
 merging would need a copy of every adapted weight to merge the next version into. At the end
 of a run the adapters are saved as a peft adapter directory and merged into a whole Hugging
-Face model.
+Face model. peft is imported when adapters are first made or loaded (it takes seconds, and
+most runs use none): a model is a peft model only once peft is imported.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
-from peft import LoraConfig as PeftLoraConfig
-from peft import PeftModel, get_peft_model
 
 from llamarl.config import LoraConfig
 from llamarl.engine.model import Policy
@@ -26,7 +26,8 @@ ADAPTER_CONFIG = "adapter_config.json"
 
 
 def has_adapters(model: torch.nn.Module) -> bool:
-    return isinstance(model, PeftModel)
+    peft = sys.modules.get("peft")  # no model has adapters before peft is imported
+    return peft is not None and isinstance(model, peft.PeftModel)
 
 
 def with_adapters(policy: Policy, lora: LoraConfig | None, seed: int = 0) -> Policy:
@@ -35,6 +36,9 @@ def with_adapters(policy: Policy, lora: LoraConfig | None, seed: int = 0) -> Pol
     `seed` without touching the global RNG."""
     if lora is None or has_adapters(policy.model):
         return policy
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+
     config = PeftLoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,  # type: ignore[arg-type]  # peft takes any number
@@ -69,6 +73,9 @@ def save_adapter_config(policy: Policy, directory: Path) -> None:
 def load_adapters(policy: Policy, directory: Path, trainable: bool = True) -> Policy:
     """The base `policy` with the adapters saved in `directory` (an adapter directory, or one
     with adapter_config.json only: fresh weights, to be loaded from elsewhere)."""
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import PeftModel, get_peft_model
+
     if (directory / "adapter_model.safetensors").exists():
         model: Any = PeftModel.from_pretrained(policy.model, directory, is_trainable=trainable)
     else:
