@@ -361,15 +361,18 @@ def test_a_rank_that_dies_while_rank_0_waits_for_rollouts_is_noticed() -> None:
     went unnoticed and every rank waited for the next order. Rank 0's `check` orders fail once
     a rank has died, so its process ends and its torchrun with it."""
     ctx = mp.get_context("spawn")
-    out = ctx.Queue()
+    # A queue each: a rank killed while its queue's feeder thread held the queue's write lock
+    # (a semaphore) leaves it held, and a report rank 0 put on a shared queue never came (3 runs
+    # in 12 under load).
+    outs = [ctx.Queue(), ctx.Queue()]
     store = group_store()
-    procs = [ctx.Process(target=idle_rank, args=(r, 2, store.port, out)) for r in range(2)]
+    procs = [ctx.Process(target=idle_rank, args=(r, 2, store.port, outs[r])) for r in range(2)]
     for proc in procs:
         proc.start()
     try:
-        assert sorted(out.get(timeout=120) for _ in procs) == [(0, "checked"), (1, "following")]
+        assert [out.get(timeout=120) for out in outs] == [(0, "checked"), (1, "following")]
         os.kill(procs[1].pid, signal.SIGKILL)
-        rank, outcome = out.get(timeout=90)
+        rank, outcome = outs[0].get(timeout=90)
         assert rank == 0 and outcome.startswith("failed after"), outcome
     finally:
         for proc in procs:
