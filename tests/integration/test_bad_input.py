@@ -9,7 +9,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,10 +19,9 @@ import yaml
 
 from llamarl.launch import supervise
 from llamarl.net import free_port_block
+from tests.integration.commands import LLAMARL, TINY_MODEL
 
 REPO = Path(__file__).resolve().parents[2]
-LLAMARL = [sys.executable, "-m", "workers.cli"]
-TINY_MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32}
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from llamarl.bus import query_broker_stats
 from llamarl.net import BrokerEndpoints, free_port_block
-
-LLAMARL = [sys.executable, "-m", "workers.cli"]
+from tests.integration.commands import LLAMARL
 
 
 def test_help_lists_the_roles() -> None:

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
 from llamarl.config import parse_config
 from llamarl.launch.sync_run import run_sync
+from tests.integration.commands import LLAMARL
 
-LLAMARL = [sys.executable, "-m", "workers.cli"]
 MODEL = {
     "hidden_size": 32,
     "num_layers": 1,

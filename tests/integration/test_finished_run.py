@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -18,8 +17,8 @@ from brokers.redis_server import RedisServer
 from llamarl.launch import supervise
 from llamarl.net import free_port_block
 from tests.integration.async_helpers import launch, worker_argv, write_config
+from tests.integration.commands import LLAMARL
 
-LLAMARL = [sys.executable, "-m", "workers.cli"]
 RUN_ID = "ended"
 STEPS = 2
 """With a checkpoint at the last step, as in the compose run that was rewritten: a trainer

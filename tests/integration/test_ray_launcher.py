@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,9 @@ from llamarl.launch import supervise
 from llamarl.launch.cores import plan_threads
 from llamarl.launch.ray_actors import Resources, cpus_needed, role_resources, worker_roles
 from tests.integration.async_helpers import check_finished_run, wait_for_steps, write_config
+from tests.integration.commands import LLAMARL
 
 REPO = Path(__file__).resolve().parents[2]
-LLAMARL = [sys.executable, "-m", "workers.cli"]
 WORKER_IDS = {"trainer", "generator-0", "generator-1", "reward-0"}
 
 

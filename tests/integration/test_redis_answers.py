@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +27,11 @@ from llamarl.errors import ConfigError
 from llamarl.launch import supervise
 from llamarl.store import RedisStore
 from llamarl.store.refusals import RedisUnavailableError
+from tests.integration.commands import LLAMARL, TINY_MODEL
 from tests.integration.redis_answers import answering_redis, loading_redis, outside_address
 from workers.exits import gave_up
 
 REPO = Path(__file__).resolve().parents[2]
-LLAMARL = [sys.executable, "-m", "workers.cli"]
-TINY_MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32}
 
 
 @dataclass(frozen=True)

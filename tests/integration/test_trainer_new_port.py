@@ -12,18 +12,15 @@ its request instead of following the record fails the test.
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse
 
-from brokers.embedded import EmbeddedServices
 from llamarl.store import RedisStore
-from tests.integration.async_helpers import check_finished_run, worker_argv, write_config
+from tests.integration.async_helpers import check_finished_run
+from tests.integration.hand_cluster import HandCluster
 
 STEPS = 40
 HEARTBEAT_S = 0.5
@@ -34,13 +31,6 @@ heartbeats, a sixth of the sync timeout that a generator stuck on the old endpoi
 GENERATORS = ("generator-0", "generator-1")
 START_S = 300
 """Patience for a process to start (imports under a loaded machine's CPU can take minutes)."""
-
-
-def _worker(role: str, worker_id: str, config: Path, env: dict[str, str], logs: Path) -> subprocess.Popen[bytes]:
-    with open(logs / f"{worker_id}.log", "ab") as log:
-        return subprocess.Popen(
-            worker_argv(role, worker_id, config), env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT
-        )
 
 
 def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float) -> None:
@@ -63,13 +53,8 @@ def _produced(store: RedisStore, pids: dict[str, int], policy_version: int, grou
     return True
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(30)
-
-
 def test_generators_follow_a_trainer_restarted_on_a_new_port(tmp_path: Path) -> None:
-    config = write_config(
+    cluster = HandCluster(
         tmp_path,
         "newport",
         trainer={"num_steps": STEPS, "checkpoint_every": 5},
@@ -77,29 +62,22 @@ def test_generators_follow_a_trainer_restarted_on_a_new_port(tmp_path: Path) -> 
         workers={"heartbeat_s": HEARTBEAT_S},
         sync={"transport": "gloo", "host": "127.0.0.1", "timeout_s": SYNC_TIMEOUT_S},
     )
-    run_dir = tmp_path / "newport"
-    logs = run_dir / "logs"
-    logs.mkdir(parents=True)
-    services = EmbeddedServices(run_dir, "newport").start()
-    env = services.env()
-    roles = {"trainer": "trainer", "generator-0": "generator", "generator-1": "generator", "reward-0": "reward"}
-    procs = {wid: _worker(role, wid, config, env, logs) for wid, role in roles.items()}
-    store = RedisStore(services.redis_url, "newport")
+    procs, store = cluster.procs, cluster.store
     listener = socket.socket()
     try:
         _wait_for(lambda: store.ledger()["trained"] >= 12, "training never started", START_S)
         old = store.version_meta()
-        _kill(procs["trainer"])
-        _kill(procs["generator-1"])
+        cluster.kill("trainer")
+        cluster.kill("generator-1")
         # The old weight server's port, taken: the restarted generator's request hangs there.
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", urlparse(old["endpoint"]).port or 0))
         listener.listen()
         listener.settimeout(START_S)
-        procs["generator-1"] = _worker("generator", "generator-1", config, env, logs)
+        cluster.start("generator-1")
         asking, _ = listener.accept()  # a generator asks the old trainer's endpoint
         asking.close()
-        procs["trainer"] = _worker("trainer", "trainer", config, env, logs)
+        cluster.start("trainer")
         _wait_for(lambda: store.policy_version() > int(old["policy_version"]), "no new trainer version", START_S)
         published = store.version_meta()
         assert published["endpoint"] != old["endpoint"], "the new trainer is on a new port"
@@ -115,12 +93,7 @@ def test_generators_follow_a_trainer_restarted_on_a_new_port(tmp_path: Path) -> 
         assert procs["trainer"].wait(300) == 0
         for worker_id, proc in procs.items():
             assert proc.wait(60) == 0, f"{worker_id} did not stop cleanly"
-        check_finished_run({"ledger": store.ledger()}, run_dir, STEPS * 4, k=1)
+        check_finished_run({"ledger": store.ledger()}, cluster.run_dir, STEPS * 4, k=1)
     finally:
         listener.close()
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(30)
-        store.close()
-        services.stop()
+        cluster.close()

@@ -18,13 +18,13 @@ from llamarl.errors import NonFiniteError, ProtocolError
 from llamarl.protocol import ScoredGroup, TypedArray
 from llamarl.roles import build
 from llamarl.roles.admission import check_scored
-from llamarl.roles.runtime import RoleRuntime
 from llamarl.store import MemoryStore
 from llamarl.tasks import make_prompt_set
 from llamarl.training.learner import Learner
 from llamarl.training.sft import starting_policy
 from llamarl.weightsync import make_publisher
 from tests.factories import rollout_group
+from tests.memory_runtime import memory_runtime
 
 MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32, "max_position_embeddings": 32}
 
@@ -70,16 +70,13 @@ def test_the_trainer_refuses_poisoned_groups_counts_them_and_keeps_a_good_one(
     )
     store = MemoryStore()
     hub = MemoryHub("door")
-    rejections = build.rejections_of("trainer", config, store)
-    runtime = RoleRuntime(
-        "trainer", config, "trainer", store, hub.client("trainer"), rejections, lambda: hub.client("trainer")
-    )
+    runtime = memory_runtime("trainer", config, "trainer", store, hub)
     trainer = build.trainer(runtime, make_publisher(config.sync, "door"))
     try:
         for scored in _poisoned().values():
             trainer.admit(scored)
         trainer.admit(_scored(7))
-        rejections.flush(force=True)
+        runtime.rejections.flush(force=True)
         assert [g.group.ticket_id for g in trainer.buffer] == [7]
         assert runtime.counters["refused_groups"] == len(_poisoned())
         assert store.rejected() == {f"trainer.{reason}": 1 for reason in _poisoned()}

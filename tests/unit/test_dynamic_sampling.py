@@ -19,12 +19,12 @@ from llamarl.config import RunConfig, parse_config
 from llamarl.launch.sync_run import run_sync
 from llamarl.protocol import ScoredGroup, TypedArray
 from llamarl.roles import build
-from llamarl.roles.runtime import RoleRuntime
 from llamarl.roles.trainer import Trainer
 from llamarl.store import MemoryStore
 from llamarl.topics import SCORED
 from llamarl.weightsync import make_publisher
 from tests.factories import rollout_group
+from tests.memory_runtime import memory_runtime
 
 MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32, "max_position_embeddings": 32}
 PPS = 4
@@ -49,15 +49,7 @@ def started(tmp_path: Path) -> Iterator[tuple[Trainer, MemoryStore, MemoryHub]]:
     """A started trainer on a MemoryStore and MemoryHub, as a sync run builds it."""
     config = _config(tmp_path, sync={"transport": "local"})
     store, hub = MemoryStore(), MemoryHub("dapo")
-    runtime = RoleRuntime(
-        "trainer",
-        config,
-        "trainer",
-        store,
-        hub.client("trainer"),
-        build.rejections_of("trainer", config, store),
-        lambda: hub.client("trainer"),
-    )
+    runtime = memory_runtime("trainer", config, "trainer", store, hub)
     trainer = build.trainer(runtime, make_publisher(config.sync, "dapo"))
     trainer.start()
     yield trainer, store, hub

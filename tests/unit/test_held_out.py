@@ -23,7 +23,6 @@ from llamarl.bus import MemoryHub
 from llamarl.config import parse_config
 from llamarl.limits import Clock
 from llamarl.observe.progress import Listener
-from llamarl.roles import build
 from llamarl.roles.held_out import (
     CHUNK,
     EvaluatedChunk,
@@ -40,6 +39,7 @@ from llamarl.tasks import Example
 from llamarl.training.eval_sets import EvalSet, SetSums, set_metrics
 from llamarl.training.evaluate import Evaluation
 from tests.factories import FakeClock
+from tests.memory_runtime import memory_runtime
 
 GOOD = EvaluatedChunk(
     policy_version=6,
@@ -60,11 +60,7 @@ def runtime(
 ) -> RoleRuntime:
     tree = {"run_id": "held", "run_dir": str(tmp_path), "trainer": {"eval_every": 6, "num_steps": 20}}
     config = parse_config(tree | sections)
-    hub = MemoryHub("held")
-    role = worker_id.split("-")[0]
-    rejections = build.rejections_of(role, config, store)
-    bus = hub.client(worker_id)
-    made = RoleRuntime(role, config, worker_id, store, bus, rejections, lambda: hub.client(worker_id), clock)
+    made = memory_runtime(worker_id.split("-")[0], config, worker_id, store, MemoryHub("held"), clock)
     made.register()  # a claim is held while the registry reports its claimer alive
     return made
 

@@ -18,10 +18,10 @@ from llamarl.launch.local import preflight
 from llamarl.protocol import TypedArray
 from llamarl.rewards.reward_model import RewardModelScorer
 from llamarl.roles import build
-from llamarl.roles.runtime import RoleRuntime
 from llamarl.store import MemoryStore
 from llamarl.topics import ROLLOUTS, SCORED
 from tests.factories import rollout_group
+from tests.memory_runtime import memory_runtime
 
 COMPLETIONS = ["46", "47 is my answer", "forty-six, I think"]
 
@@ -74,15 +74,7 @@ def test_the_reward_role_adds_the_weighted_model_score_to_the_verifier(tmp_path:
         }
     )
     hub = MemoryHub("rm")
-    runtime = RoleRuntime(
-        "reward",
-        config,
-        "reward-0",
-        MemoryStore(),
-        hub.client("reward-0"),
-        build.rejections_of("reward", config, MemoryStore()),
-        lambda: hub.client("reward-0"),
-    )
+    runtime = memory_runtime("reward", config, "reward-0", MemoryStore(), hub)
     role = build.reward(runtime)
     sink = hub.client("trainer").consume(SCORED)
     hub.client("generator").push(ROLLOUTS, group_of(COMPLETIONS), policy_version=0)

@@ -34,6 +34,7 @@ from llamarl.training.checkpoint import TrainerState
 from llamarl.training.evaluate import Evaluation
 from llamarl.training.export import export
 from tests.factories import FakeClock, rollout_group
+from tests.memory_runtime import memory_runtime
 
 MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32, "max_position_embeddings": 32}
 
@@ -169,15 +170,7 @@ def _fast_beating_trainer(tmp_path: Path, worker_id: str) -> tuple[RoleRuntime, 
     clock = FakeClock()
     store = MemoryStore(clock=clock)
     hub = MemoryHub("roles")
-    runtime = RoleRuntime(
-        "trainer",
-        config,
-        worker_id,
-        store,
-        hub.client(worker_id),
-        build.rejections_of("trainer", config, store),
-        lambda: hub.client(worker_id),
-    )
+    runtime = memory_runtime("trainer", config, worker_id, store, hub)
     runtime.register()
     return runtime, store, clock
 
@@ -300,15 +293,7 @@ def test_run_role_starts_runs_and_closes_a_role_and_returns_its_result(tmp_path:
     are scored, and the typed result counts them."""
     config = _config(tmp_path)
     store, hub = MemoryStore(), MemoryHub("roles")
-    runtime = RoleRuntime(
-        "reward",
-        config,
-        "reward-0",
-        store,
-        hub.client("reward-0"),
-        build.rejections_of("reward", config, store),
-        lambda: hub.client("reward-0"),
-    )
+    runtime = memory_runtime("reward", config, "reward-0", store, hub)
     scored = hub.client("trainer").consume(SCORED)
     for ticket_id in (1, 2):
         hub.client("generator-0").push(ROLLOUTS, rollout_group(ticket_id), policy_version=0)

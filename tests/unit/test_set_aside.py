@@ -18,11 +18,11 @@ from llamarl.launch.sync_run import lock_step_config
 from llamarl.protocol import ScoredGroup, TypedArray
 from llamarl.roles import build
 from llamarl.roles import trainer as trainer_module
-from llamarl.roles.runtime import RoleRuntime
 from llamarl.roles.trainer import Trainer
 from llamarl.store import MemoryStore
 from llamarl.weightsync import make_publisher
 from tests.factories import rollout_group
+from tests.memory_runtime import memory_runtime
 
 MODEL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32, "max_position_embeddings": 32}
 
@@ -41,15 +41,7 @@ def _trainer(tmp_path: Path) -> tuple[Trainer, MemoryStore]:
     store.publish_version(0, {})
     store.claim_tickets("g0", 8, lease_s=60, max_staleness=1, prompts_per_step=4)
     hub = MemoryHub("aside")
-    runtime = RoleRuntime(
-        "trainer",
-        config,
-        "trainer",
-        store,
-        hub.client("trainer"),
-        build.rejections_of("trainer", config, store),
-        lambda: hub.client("trainer"),
-    )
+    runtime = memory_runtime("trainer", config, "trainer", store, hub)
     return build.trainer(runtime, make_publisher(config.sync, config.run_id), evaluates_all=True), store
 
 
