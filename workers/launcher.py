@@ -1,12 +1,11 @@
-"""`llamarl run CONFIG`: a whole job on one machine.
-
-`--mode sync` runs the synchronous baseline in this process (`llamarl.launch.sync_run`). The default async
-mode lays the roles out (`llamarl.launch.layout`), starts a private Redis and broker (when the config
-names no Redis URL), then each role as `python -m workers.<role>` under `llamarl.launch.local`; with
-`--launcher ray` each role's process is held by a Ray actor instead (`llamarl.launch.ray_actors`).
-A launch is a fresh run: it clears the run directory's results, checkpoints and embedded Redis data;
-`--resume` keeps them and carries on a stopped run (Redis from its AOF, the trainer from its newest
-checkpoint); on a finished run it says so in one line, exits 0 and changes nothing.
+"""`llamarl run CONFIG`: a whole job on one machine. The roles are laid out (`llamarl.launch.layout`);
+one_process (also `--mode sync`) runs them all in this process (workers/one_process.py). Otherwise
+a private Redis and broker start (when the config names no Redis URL), then each role as
+`python -m workers.<role>` under `llamarl.launch.local`, or with `--launcher ray` in a Ray actor
+(`llamarl.launch.ray_actors`). A launch is a fresh run: it clears the run directory's results,
+checkpoints and embedded Redis data; `--resume` keeps them and carries on a stopped run (Redis from
+its AOF, the trainer from its newest checkpoint); on a finished run it says so in one line, exits 0
+and changes nothing.
 """
 
 from __future__ import annotations
@@ -29,8 +28,8 @@ from llamarl.launch.local import (
 )
 from llamarl.launch.ray_actors import check_launcher, ray_spawn
 from llamarl.launch.startup import startup_summary
-from llamarl.launch.sync_run import run_sync_here
 from llamarl.observe.log import configure_logging
+from workers.one_process import run_prepared
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -43,16 +42,19 @@ def main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _interrupt)
     config = load_config(args.config)
     configure_logging("launcher", "launcher", args.log_format)
-    check_launcher(args.launcher, args.mode)
-    preflight(config, args.mode, args.launcher)  # before any process starts, let alone restarts
-    if args.mode == "sync":  # the lock-step loop, for benchmarks (no checkpoints, no ledger)
-        return run_sync_here(config, args.resume)
+    if args.mode == "sync":  # the same program as the one_process layout
+        config = config.model_copy(update={"workers": config.workers.model_copy(update={"layout": "one_process"})})
+    mode = "sync" if config.workers.layout == "one_process" else "async"
+    check_launcher(args.launcher, mode)
+    preflight(config, mode, args.launcher)  # before any process starts, let alone restarts
     services = None
     try:  # a service that does not start is one line (llamarl.commands), never a traceback
         if run_finished(config, args.resume):  # says so, before anything of the run is written
             return 0
         run_dir = prepare_run_dir(config, resume=args.resume)
         plan = plan_layout(config, args.config, args.launcher)
+        if plan.kind == "one_process":  # set, --mode sync, or auto's choice: in this process
+            return run_prepared(plan.config, args.config, run_dir)
         config, split = plan.config, plan.split
         if config.redis.url is None:
             services = EmbeddedServices.for_run(config, run_dir).start()

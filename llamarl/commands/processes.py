@@ -18,8 +18,8 @@ def register(sub: Subparsers, run_command: Command, worker_command: Command, rol
         "--mode",
         choices=["async", "sync"],
         default="async",
-        help="async: the roles as processes (checkpoints, ledger, --resume); sync: the lock-step "
-        "loop in this process, a benchmark baseline with no checkpoints or ledger, not resumable",
+        help="async: the roles laid out by workers.layout; sync: every role in this process, taking "
+        "turns (workers.layout one_process). Both keep checkpoints, the ledger and --resume",
     )
     run.add_argument(
         "--recipe", choices=sorted(RECIPES), help="a preset of algorithm options under the config's own (recipe=NAME)"
@@ -27,14 +27,14 @@ def register(sub: Subparsers, run_command: Command, worker_command: Command, rol
     run.add_argument(
         "--resume",
         action="store_true",
-        help="carry on the stopped async run in RUN_DIR (its Redis data and checkpoints)",
+        help="carry on the stopped run in RUN_DIR (its Redis data and checkpoints)",
     )
     run.add_argument(
         "--launcher",
         choices=["local", "ray"],
         default="local",
         help="local: the roles as child processes; ray: each role as a Ray actor with its "
-        "resources (async only; pip install 'llamarl[ray]')",
+        "resources (not with one_process; pip install 'llamarl[ray]')",
     )
     run.add_argument(
         "--ray-address",

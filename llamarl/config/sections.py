@@ -208,14 +208,16 @@ class LoggingConfig(_Section):
 
 
 class WorkersConfig(_Section):
-    layout: Literal["auto", "split", "colocated"] = "auto"
-    """How `llamarl run` lays an async run out on the cores. auto: profile the config on this
-    machine (cached), predict every candidate layout with the simulator and start the fastest
-    (printed, with the alternatives, and written to RUN_DIR/layout.json), ties going to a split
-    before colocated; every layout auto picks keeps checkpoints, --resume and the ledger (only
-    `--mode sync` runs the lock-step loop without them); split: trainer and generators side by
-    side, the cores split by their measured work; colocated: one generator and the trainer, each
-    on every core, taking turns like sync (max_staleness 0). See docs/scaling-out.md, Layout."""
+    layout: Literal["auto", "split", "colocated", "one_process"] = "auto"
+    """How `llamarl run` lays the roles out on the cores. auto: profile the config on this
+    machine (cached), predict every split with the simulator against taking turns and start a
+    split only where it is predicted faster by more than the simulator's tie, else one_process
+    (printed, with the alternatives, and written to RUN_DIR/layout.json); split: trainer and
+    generators side by side, the cores split by their measured work; colocated: one generator
+    and the trainer processes, each on every core, taking turns (max_staleness 0); one_process:
+    every role in the launcher's process, taking turns with the trainer's own weights (`--mode
+    sync` runs this). Every layout keeps checkpoints, --resume and the ledger. See
+    docs/scaling-out.md, Layout."""
     num_generators: int = Field(1, ge=1, le=1024)
     """Generator processes started by `llamarl run`."""
     num_reward: int = Field(1, ge=1, le=1024)

@@ -1,24 +1,23 @@
-"""`workers.layout`: how `llamarl run` lays an async run's roles out on the machine's cores.
+"""`workers.layout`: how `llamarl run` lays a run's roles out on the machine's cores.
 
 - `split`: trainer and generators side by side, the cores split by their measured work at
   launch (`llamarl.launch.cores.plan_threads`), or by the config's thread counts.
-- `colocated`: one generator and the trainer, each with every core, taking turns as a sync run
-  does (max_staleness 0: the generator's next batch waits for the new version); scoring and the
-  weight handover still run beside them. Still an async run: the ledger, leases, checkpoints and
-  restarts work as in any other.
+- `one_process`: every role in the launcher's process, taking turns (the lock-step loop,
+  `llamarl.launch.one_process`; `--mode sync` runs the same program).
+- `colocated`: one generator process and the trainer process, each with every core, taking turns
+  (max_staleness 0); scoring and the weight handover run beside them. For what cannot share the
+  trainer's process (a generator on another device or dtype); auto does not start it.
 - `auto` (the default): the config's profile on this machine (`llamarl bench profile`, cached by
   config and machine: measured once, in about half a minute for the demo) and the simulator's
   prediction for every candidate (`llamarl.sim.predict.candidates`: thread splits, the trainer
   given more threads than it has cores of its own, 1 to cores+1 generators, staleness bounds up
-  to the config's `max_staleness`, and colocated); the fastest starts, ties (within the
-  simulator's TIE) going to the cheaper layout, a split before colocated: colocated roles hand
-  every version and step over between processes, which costs more than the simulator charges on
-  short steps (the layout grid in docs/benchmarks.md measured a split faster than colocated on
-  every shape). Fields the config sets explicitly (`num_generators`, `trainer_threads`,
-  `generator_threads`) are kept. Whatever starts is an async run, so it keeps checkpoints,
-  `--resume` and the ledger; the lock-step sync loop (`--mode sync`) keeps none of them and is
-  never chosen. The choice, its predicted s/step against lock-step's and the alternatives are
-  printed and written to RUN_DIR/layout.json.
+  to the config's `max_staleness`) against taking turns. A split starts only where it is
+  predicted faster than taking turns by more than the simulator's TIE; otherwise one_process
+  does (colocated where one_process cannot run: several trainer ranks, or generators unlike the
+  trainer). Fields the config sets explicitly (`num_generators`, `trainer_threads`,
+  `generator_threads`) are kept. Every layout keeps checkpoints, `--resume` and the ledger. The
+  choice, its predicted s/step against lock-step's and the alternatives are printed and written
+  to RUN_DIR/layout.json.
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ class Plan:
     """The config as laid out (generators, threads, staleness bound)."""
     split: CoreSplit
     kind: str
-    """split or colocated."""
+    """split, colocated or one_process."""
     overrides: dict[str, str] = field(default_factory=dict)
     """Environment overrides that give the workers the plan's fields."""
     prediction: dict[str, Any] | None = None
@@ -94,6 +93,18 @@ def colocated(config: RunConfig) -> Plan:
     return _plan(config, "colocated", 1, cores, cores, 0)
 
 
+def one_process(config: RunConfig, prediction: dict[str, Any] | None = None) -> Plan:
+    cores = config.workers.num_cores or usable_cores()
+    return replace(_plan(config, "one_process", 1, cores, cores, 0, prediction), overrides={})
+
+
+def shares_the_trainers_weights(config: RunConfig) -> bool:
+    """Whether one_process can run `config`: one trainer process, generating on its device and
+    dtype (`llamarl.launch.local.check_devices` says why not)."""
+    gen, trainer = config.generation, config.trainer
+    return trainer.ranks == 1 and (gen.device, gen.dtype) == (trainer.device, trainer.dtype)
+
+
 def split(config: RunConfig) -> Plan:
     threads = plan_threads(config)
     workers = config.workers
@@ -124,6 +135,8 @@ def profiled(config_path: str) -> dict[str, Any]:
 
 
 def _describe(row: dict[str, Any]) -> str:
+    if row.get("one_process"):
+        return f"one_process ({row['trainer_threads']} threads, every role in turn)"
     if row["colocated"]:
         return f"colocated ({row['trainer_threads']} threads each, in turn)"
     return (
@@ -141,10 +154,10 @@ def _print_choice(best: dict[str, Any], sync_s: float, others: list[dict[str, An
         print(f"  alternative: {_describe(row)}: {row['s_per_step']:.3f} s/step", file=sys.stderr)
 
 
-def auto(config: RunConfig, config_path: str) -> Plan:
+def auto(config: RunConfig, config_path: str, launcher: str = "local") -> Plan:
     """The fastest predicted layout for `config` on this machine (see the module docstring)."""
     from llamarl.sim.costs import Costs
-    from llamarl.sim.predict import TIE, layout_of, lengths_of, recommend, sweep
+    from llamarl.sim.predict import TIE, layout_of, lengths_of, sweep
 
     workers = config.workers
     explicit = workers.model_fields_set & {"num_generators", "trainer_threads", "generator_threads"}
@@ -171,7 +184,11 @@ def auto(config: RunConfig, config_path: str) -> Plan:
         r for r in result["layouts"] if all(r[name] == getattr(workers, name) for name in explicit) or r["colocated"]
     ]
     sync_s = result["sync_s_per_step"]
-    best = recommend(rows, TIE)
+    if launcher == "local" and shares_the_trainers_weights(config):  # the lock-step loop, in turn
+        turns = next(r for r in rows if r["colocated"])
+        rows = [r for r in rows if not r["colocated"]]
+        rows.append(turns | {"one_process": True, "colocated": False, "s_per_step": sync_s})
+    best = _choose(rows, TIE)
     others = [r for r in rows if r is not best][:SHOWN]
     prediction = {
         "chosen": best,
@@ -182,6 +199,8 @@ def auto(config: RunConfig, config_path: str) -> Plan:
         "profile_s": measured["seconds"],
     }
     _print_choice(best, sync_s, others)
+    if best.get("one_process"):
+        return one_process(config, prediction)
     kind = "colocated" if best["colocated"] else "split"
     return _plan(
         config,
@@ -194,11 +213,26 @@ def auto(config: RunConfig, config_path: str) -> Plan:
     )
 
 
+def _choose(rows: list[dict[str, Any]], tie: float) -> dict[str, Any]:
+    """Taking turns in one process where a split is not predicted faster by more than `tie`,
+    else the cheapest of the rows within `tie` of the fastest (`llamarl.sim.predict.recommend`)."""
+    from llamarl.sim.predict import recommend
+
+    turns = [r for r in rows if r.get("one_process")]
+    splits = [r for r in rows if not r.get("one_process")]
+    if turns and (not splits or min(r["s_per_step"] for r in splits) >= turns[0]["s_per_step"] * (1 - tie)):
+        return turns[0]
+    return recommend(splits, tie)
+
+
 def plan_layout(config: RunConfig, config_path: str, launcher: str = "local") -> Plan:
     """The layout `llamarl run` starts (under Ray, unpinned: Ray places the roles, not this
     host); written to RUN_DIR/layout.json."""
     layout = config.workers.layout
-    plan = {"split": split, "colocated": colocated}[layout](config) if layout != "auto" else (auto(config, config_path))
+    if layout == "auto":
+        plan = auto(config, config_path, launcher)
+    else:
+        plan = {"split": split, "colocated": colocated, "one_process": one_process}[layout](config)
     if launcher == "ray":
         plan = replace(plan, split=replace(plan.split, pins={}))
     record = {

@@ -176,16 +176,18 @@ def check_devices(config: RunConfig, mode: str, launcher: str = "local") -> None
     """ConfigError naming the field when a role of a local launch asks for CUDA on a machine
     without it, or a trainer for more CUDA ranks than this machine has GPUs (under Ray the roles
     run on the cluster's nodes, and Ray tells when none can hold them); or the synchronous
-    baseline for several trainer ranks or for generators unlike its trainer."""
+    one_process layout (`mode` sync) for several trainer ranks or generators unlike its trainer."""
     if launcher == "local":
         check_local_gpus(config)
     if mode == "sync" and config.trainer.ranks > 1:
-        raise ConfigError("trainer.ranks: the synchronous baseline runs one trainer process; set it to 1 or run async")
+        raise ConfigError(
+            "trainer.ranks: one_process (--mode sync) runs one trainer process; set it to 1 or another workers.layout"
+        )
     gen = config.generation
     if mode == "sync" and (gen.device, gen.dtype) != (config.trainer.device, config.trainer.dtype):
         raise ConfigError(
-            "generation.device, generation.dtype: the synchronous baseline generates with the "
-            "trainer's own weights; set them as trainer.device and trainer.dtype, or run async"
+            "generation.device, generation.dtype: one_process (--mode sync) generates with the "
+            "trainer's own weights; set them as trainer.device and trainer.dtype, or another workers.layout"
         )
 
 

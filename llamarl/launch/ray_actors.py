@@ -76,13 +76,14 @@ class Resources:
 
 
 def check_launcher(launcher: str, mode: str) -> None:
-    """ConfigError, before anything starts, when `--launcher ray` cannot run: the synchronous
-    baseline (one process, no roles), or no Ray installed."""
+    """ConfigError, before anything starts, when `--launcher ray` cannot run: the one_process
+    layout (`mode` sync: no roles of their own to place), or no Ray installed."""
     if launcher != "ray":
         return
     if mode == "sync":
         raise ConfigError(
-            "--launcher ray starts the async roles as Ray actors; --mode sync runs in this process: drop one of them"
+            "--launcher ray starts the roles as Ray actors; --mode sync (workers.layout one_process) runs "
+            "them in this process: drop one of them"
         )
     try:
         import ray  # noqa: F401

@@ -9,17 +9,12 @@ from llamarl.engine.vllm_engine import engine_dtype
 
 
 def startup_summary(config: RunConfig, layout: str) -> str:
-    """The summary of a run laid out as `layout` (`sync`: the lock-step loop of --mode sync)."""
+    """The summary of a run laid out as `layout`."""
     trainer, task = config.trainer, config.task
     model = config.model.path or "the built character model"
     warm = f"warm start: {trainer.sft_steps} supervised steps first" if trainer.sft_steps else "no warm start"
     lines = [f"run {config.run_id}: {model} ({warm}), {_layout(layout)}"]
-    if layout == "sync":
-        lines.append(
-            "  keeps: no checkpoints, no Redis ledger, cannot be resumed (a benchmark baseline; "
-            "the default async run keeps all three)"
-        )
-    elif trainer.checkpoint_every:
+    if trainer.checkpoint_every:
         lines.append(
             f"  keeps: a checkpoint every {trainer.checkpoint_every} steps (the last "
             f"{trainer.keep_checkpoints}), --resume, the Redis ledger"
@@ -53,8 +48,8 @@ def _engine(config: RunConfig) -> str:
 
 
 def _layout(layout: str) -> str:
-    if layout == "sync":
-        return "mode sync (the lock-step loop in this process)"
+    if layout == "one_process":
+        return "layout one_process (every role in this process, taking turns)"
     return f"async, layout {layout}"
 
 

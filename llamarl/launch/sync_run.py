@@ -1,43 +1,36 @@
-"""The synchronous baseline: the same generator, reward scorer and trainer components as an async
-run, placed in one process and run in lock step: generate a step's prompts -> score -> train ->
-publish, one version at a time (staleness 0).
+"""The lock-step loop: the same generator, reward scorer and trainer components as an async run,
+placed in one process and run in turn: generate a step's prompts -> score -> train -> publish, one
+version at a time (staleness 0). The generator samples with the trainer's own model (the in-process
+weight transport), the bus is a `MemoryHub`.
 
 A step whose groups the trainer skipped (dynamic sampling, `sampling.dynamic_sampling`, as often
 as its cap on draws allows; or an episode's environment raised) is followed by another batch for
 the missing ones.
 
-Only the placement differs from an async run: the store is a `MemoryStore`, the bus a `MemoryHub`,
-and the weight transport the in-process one (the generator samples with the trainer's own model),
-which is what `llamarl bench async-vs-sync` compares. A sync run keeps no Redis ledger and cannot
-be resumed, so it writes no checkpoints: it is the benchmarks' baseline, and `llamarl run` says so
-as it starts (`workers.layout: auto` never chooses it; it takes turns in the colocated layout).
-Writes RUN_DIR/metrics.jsonl (with each step's phase seconds: generate_s, score_s, train_s,
-step_s) and returns the run summary, with the in-memory ledger and the refusals counted by
-reason, as an async run's has them.
+Given a Redis store (`llamarl.launch.one_process`: the `one_process` layout and `--mode sync`),
+the run keeps what an async run keeps: the ledger (every ticket trained exactly once), checkpoints
+and a resume from the newest. Without one (tests), the store is a `MemoryStore` and no checkpoint
+is written: nothing could resume from it. Writes RUN_DIR/metrics.jsonl (with each step's phase
+seconds: generate_s, score_s, train_s, step_s) and returns the run summary, with the ledger and the
+refusals counted by reason, as an async run's has them.
 """
 
 from __future__ import annotations
 
-import json
-import sys
+import threading
 import time
 from typing import Any
 
-import torch
-
 from llamarl.bus import Bus, MemoryHub
 from llamarl.config import LocalSync, RunConfig
-from llamarl.errors import ConfigError, SyncError
-from llamarl.launch.cores import usable_cores
-from llamarl.launch.local import prepare_run_dir
-from llamarl.launch.startup import startup_summary
+from llamarl.errors import SyncError
 from llamarl.observe.progress import Progress
 from llamarl.roles import build
 from llamarl.roles.generator import Generator
 from llamarl.roles.reward import RewardScorer
 from llamarl.roles.runtime import RoleRuntime
 from llamarl.roles.trainer import Trainer
-from llamarl.store import MemoryStore
+from llamarl.store import MemoryStore, Store
 from llamarl.weightsync import make_publisher, make_receiver
 
 WAIT_MS = 100
@@ -45,30 +38,39 @@ WAIT_MS = 100
 that the publisher thread has not failed."""
 
 
-def lock_step_config(config: RunConfig) -> RunConfig:
-    """The run's config for lock step: no lag, one claim per step, the in-process transport, no
-    checkpoints."""
+def lock_step_config(config: RunConfig, checkpoints: bool = False) -> RunConfig:
+    """The run's config for lock step: no lag, one claim per step, the in-process transport;
+    the config's checkpoints when `checkpoints`, else none."""
     pps = config.trainer.prompts_per_step
     sync = config.sync.model_dump(include=set(LocalSync.model_fields) - {"transport"})
+    every = config.trainer.checkpoint_every if checkpoints else 0
     return config.model_copy(
         update={
             "staleness": config.staleness.model_copy(update={"max_staleness": 0}),
             "generation": config.generation.model_copy(update={"prompts_per_batch": pps}),
-            "trainer": config.trainer.model_copy(update={"checkpoint_every": 0}),
+            "trainer": config.trainer.model_copy(update={"checkpoint_every": every}),
             "sync": LocalSync(**sync),
         }
     )
 
 
 def _generate(generator: Generator, trainer: Trainer, timeout_s: float) -> None:
-    """One step's batch, once the trainer's newest version has been taken up."""
+    """One step's batch, sampled with the trainer's newest version: taken up before any claim. A
+    ticket reissued after a resume passes the store's gate, which holds back only new tickets
+    until the generator has the newest version: sampled with the version before, it was dropped
+    as stale and the step came up short."""
     deadline = time.monotonic() + timeout_s
-    wait_ms = 0
-    while not generator.step(wait_ms):
+    while generator.policy_version < trainer.policy_version:
         trainer.check_background()
         if time.monotonic() > deadline:
             raise SyncError(f"no new policy version within sync.timeout_s={timeout_s}")
-        wait_ms = WAIT_MS
+        if (meta := generator.newest_announced(WAIT_MS)) is not None:
+            generator.take_up(meta)
+    while not generator.step(0):
+        trainer.check_background()
+        if time.monotonic() > deadline:
+            raise SyncError(f"no tickets for policy version {trainer.policy_version} within sync.timeout_s={timeout_s}")
+        time.sleep(WAIT_MS / 1000)
 
 
 def _fill_step(generator: Generator, scorer: RewardScorer, trainer: Trainer, timeout_s: float) -> dict[str, float]:
@@ -93,9 +95,14 @@ def _fill_step(generator: Generator, scorer: RewardScorer, trainer: Trainer, tim
             )
 
 
-def run_sync(config: RunConfig) -> dict[str, Any]:
-    config = lock_step_config(config)
-    store = MemoryStore()
+def run_sync(config: RunConfig, store: Store | None = None, stop: threading.Event | None = None) -> dict[str, Any]:
+    """Run `config` in lock step to its last step, or to the step in hand when `stop` is set
+    (then checkpointed, to resume from). `store`: the run's Redis (durable), or None for an
+    in-memory run."""
+    durable = store is not None
+    config = lock_step_config(config, checkpoints=durable)
+    store = store if store is not None else MemoryStore()
+    stop = stop if stop is not None else threading.Event()
     hub = MemoryHub(
         config.run_id,
         max_queue=config.broker.max_queue,
@@ -109,7 +116,10 @@ def run_sync(config: RunConfig) -> dict[str, Any]:
         def bus() -> Bus:
             return hub.client(worker_id, on_reject=rejections.record)
 
-        return RoleRuntime(role, config, worker_id, store, bus(), rejections, bus)
+        made = RoleRuntime(role, config, worker_id, store, bus(), rejections, bus)
+        if durable:  # seen by `llamarl monitor` as an async run's workers are
+            made.register()
+        return made
 
     runtimes = [runtime("trainer", "trainer"), runtime("generator", "generator-0"), runtime("reward", "reward-0")]
     trainer_rt, generator_rt, reward_rt = runtimes
@@ -120,7 +130,7 @@ def run_sync(config: RunConfig) -> dict[str, Any]:
     progress = Progress("sync steps", config.trainer.num_steps)
     try:
         trainer.start()
-        while not trainer.done:
+        while not trainer.done and not stop.is_set():
             started = time.monotonic()
             phases = _fill_step(generator, scorer, trainer, config.sync.timeout_s)
             trainer.train_step(phases, step_started=started)
@@ -135,21 +145,5 @@ def run_sync(config: RunConfig) -> dict[str, Any]:
             role.close()
         for each in runtimes:
             each.close()
-        store.close()
-
-
-def run_sync_here(config: RunConfig, resume: bool) -> int:
-    """`llamarl run --mode sync`: says what the run keeps (refusing `--resume`, which would
-    otherwise start afresh and clear the run directory's checkpoints), then runs on every core
-    and prints the summary."""
-    if resume:
-        raise ConfigError(
-            "--resume carries on a stopped async run; --mode sync keeps no "
-            "checkpoints or ledger to resume from: drop one of them"
-        )
-    prepare_run_dir(config, resume=False)
-    # What will run (and what a sync run does not keep), once it can start: a bad input is one line.
-    print(startup_summary(config, "sync"), file=sys.stderr, flush=True)
-    torch.set_num_threads(config.workers.num_cores or usable_cores())
-    print(json.dumps(run_sync(config)), flush=True)
-    return 0
+        if not durable:
+            store.close()

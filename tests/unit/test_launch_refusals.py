@@ -41,10 +41,10 @@ def test_ray_places_cuda_roles_on_its_own_nodes(monkeypatch: pytest.MonkeyPatch)
         check_devices(config, "async", "local")
 
 
-def test_the_synchronous_baseline_refuses_several_trainer_ranks() -> None:
+def test_one_process_refuses_several_trainer_ranks() -> None:
     config = parse_config({"trainer": {"ranks": 2}})
     check_devices(config, "async")
-    with pytest.raises(ConfigError, match="trainer.ranks: the synchronous baseline"):
+    with pytest.raises(ConfigError, match=r"trainer.ranks: one_process \(--mode sync\) runs one trainer process"):
         check_devices(config, "sync")
 
 
@@ -53,7 +53,7 @@ def test_more_ranks_than_groups_a_step_are_refused() -> None:
         parse_config({"trainer": {"ranks": 5, "prompts_per_step": 4}})
 
 
-def test_the_synchronous_baseline_refuses_generators_unlike_its_trainer() -> None:
+def test_one_process_refuses_generators_unlike_its_trainer() -> None:
     config = parse_config({"generation": {"dtype": "bfloat16"}})
     check_devices(config, "async")
     with pytest.raises(ConfigError, match="generation.device, generation.dtype"):

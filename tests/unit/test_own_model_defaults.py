@@ -45,7 +45,7 @@ def test_only_the_built_model_is_warm_started_by_default_and_a_set_value_wins(
     assert overridden.trainer.sft_steps == 7
 
 
-def test_the_summary_names_every_evaluation_set_and_what_sync_does_not_keep() -> None:
+def test_the_summary_names_every_evaluation_set_and_what_one_process_keeps() -> None:
     config = parse_config(
         {
             "task": {"reward": "my_rewards:score"},
@@ -62,9 +62,9 @@ def test_the_summary_names_every_evaluation_set_and_what_sync_does_not_keep() ->
             },
         }
     )
-    lines = startup_summary(config, "sync").splitlines()
-    assert "mode sync" in lines[0]
-    assert lines[1].startswith("  keeps: no checkpoints, no Redis ledger, cannot be resumed")
+    lines = startup_summary(config, "one_process").splitlines()
+    assert "layout one_process (every role in this process, taking turns)" in lines[0]
+    assert lines[1].startswith("  keeps: a checkpoint every 20 steps (the last 2), --resume, the Redis ledger")
     assert "greedy, my_rewards:score" in lines[2]
     assert lines[3] == (
         "    set adds: adds.jsonl, greedy, pass@1, pass@4 and mean@4 at temperature 1, my_rewards:score"
