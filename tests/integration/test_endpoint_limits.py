@@ -124,14 +124,17 @@ def test_idle_and_slowloris_connections_are_closed_within_their_timeouts(
     """Idle connections; connections sending a request's headers a byte every 0.2 s; and
     connections sending a refused request's body (no key: 401) a byte every 0.2 s."""
     made.append(run := runner(rejected, idle_timeout_s=1, header_timeout_s=2))
-    started: dict[socket.socket, float] = {}  # when each connected (idle) or began to send
+    # When each connected (idle) or began to send, read just before it did: read after, a pause
+    # of this process in between would make the server's timeout look short.
+    started: dict[socket.socket, float] = {}
     for _ in range(30):
-        started[connect(run)] = time.monotonic()
+        began = time.monotonic()
+        started[connect(run)] = began
     slow = [connect(run) for _ in range(15)]
     for n, sock in enumerate(slow):
         head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-        sock.sendall((head + ("Content-Length: 9000\r\n\r\n{" if n >= 10 else "X-Slow: ")).encode())
         started[sock] = time.monotonic()
+        sock.sendall((head + ("Content-Length: 9000\r\n\r\n{" if n >= 10 else "X-Slow: ")).encode())
     closed: dict[socket.socket, float] = {}
     deadline = time.monotonic() + 20
     while len(closed) < 45 and time.monotonic() < deadline:
