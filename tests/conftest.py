@@ -29,6 +29,10 @@ REPO = Path(__file__).resolve().parent.parent
 # the default (auto) would profile the machine before each new config's first run (about 15 s).
 # tests/integration/test_layout.py runs auto and colocated.
 os.environ.setdefault("LLAMARL__WORKERS__LAYOUT", "split")
+# Under `make test` the other pytest worker keeps the machine busy: a profile measured here (auto,
+# `llamarl bench profile`) is kept, marked busy, where a user's would be measured again or refused
+# (tests/integration/test_busy_profile.py, which unsets this).
+os.environ.setdefault("LLAMARL_PROFILE_BUSY", "accept")
 
 # Under `make test` two pytest workers share the 2 cores, each running processes of its own, and
 # a process with a thread per core makes its threads wait for each other's core: the demo's warm

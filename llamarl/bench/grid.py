@@ -3,12 +3,12 @@
 For each shape (a config): the profile is measured fresh and timed, then read back from the cache
 and timed again (what `workers.layout: auto` pays before a run: once per config and machine).
 Then `--pairs` interleaved rounds of three runs of the same work: sync, the default run (layout
-auto: the layout the simulator predicts fastest) and the best-predicted layout of the other kind
-(colocated when auto chose a split, else the split `workers.layout: split` starts), so the choice is checked against a
-measured alternative. Per run: seconds per RL step (`clean_step_s`: steps past the shape's
-warm-up (WARMUP) that neither evaluated nor followed an evaluation), the layout it ran and,
-for the auto run, the prediction it printed;
-for async runs each generator's and the trainer's idle fraction (their own timers).
+auto: taking turns in one_process unless a split is predicted faster by more than the profile's
+spread) and the alternative of the other kind (colocated when auto chose a split, else the split
+`workers.layout: split` starts), so the choice is checked against a measured alternative. Per
+run: seconds per RL step (`clean_step_s`: steps past the shape's warm-up (WARMUP) that neither
+evaluated nor followed an evaluation), the layout it ran and, for the auto run, the prediction it
+printed; for async runs each generator's and the trainer's idle fraction (their own timers).
 
 Per shape: speed-up of the default over sync (sync s/step / default s/step) and of the alternative;
 the prediction error of the chosen layout (predicted / measured - 1); whether the choice was the
@@ -86,7 +86,7 @@ def _run(tree: dict[str, Any], mode: str, layout: str | None, name: str, work_di
 
 def _other(layout: dict[str, Any]) -> str:
     """The alternative a default run is checked against: a split run where auto chose to take
-    turns (colocated), else colocated."""
+    turns (one_process), else colocated."""
     return "colocated" if layout["kind"] == "split" else "split"
 
 

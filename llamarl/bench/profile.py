@@ -15,10 +15,15 @@ Scoring is the config's scorer on completions sampled as the config samples, who
 simulator then draws from; staging and pulling a version is a copy of the weights each way, and
 with `generation.engine: vllm` pulling adds loading them into the engine. A vLLM config's decode
 costs are its engine's (the co-run probes decode natively: a forked copy cannot run the engine).
+Taking turns is measured for real, engine and all: a few steps of the one_process layout in a
+process of its own (`llamarl.bench.turns_probe`).
 
 A profile is cached under `LLAMARL_CACHE_DIR` (default ~/.cache/llamarl) by the config's fields
 that change these costs and by the machine (host, usable cores, CPU model, torch version); a
-second call with the same key reads it back (`--fresh` measures again).
+second call with the same key reads it back (`--fresh` measures again). Only a profile measured
+on a quiet machine is kept: other processes' use of the cores meanwhile
+(`llamarl.bench.machine_load`) is recorded as `others_cores`, and above BUSY_CORES it is measured
+again, then refused in one line (or kept, marked busy, with LLAMARL_PROFILE_BUSY=accept).
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from typing import Any
 import torch
 
 from llamarl.bench.corun import corun
+from llamarl.bench.machine_load import BUSY_CORES, OtherLoad, others_now
+from llamarl.bench.turns_probe import turns_s_per_step
 from llamarl.config import RunConfig, parse_config
 from llamarl.config.run import read_tree
 from llamarl.engine.adapters import with_adapters
@@ -46,6 +53,7 @@ from llamarl.engine.grouped import TrainGroup
 from llamarl.engine.model import Policy, make_policy
 from llamarl.engine.rollouts import pack_groups
 from llamarl.engine.sampling import sample
+from llamarl.errors import ConfigError
 from llamarl.launch.cores import encoded_prompts, usable_cores
 from llamarl.sim.costs import Costs, ThreadCosts
 from llamarl.tasks import make_prompt_set
@@ -53,6 +61,12 @@ from llamarl.tasks import make_prompt_set
 DECODE_POSITIONS = 16
 """Decode positions timed per batch after the prompt's pass and first token (fewer when
 max_new_tokens is shorter); a batch's cost is that pass plus max_new_tokens - 1 of them."""
+MEASURE_ATTEMPTS = 2
+"""Measurements of a profile before a machine that stays busy is refused (`trusted_measure`)."""
+QUIET_CHECK_S = 2.0
+"""How long an attempt watches the machine before it measures."""
+RETRY_WAIT_S = 10.0
+"""How long the next attempt waits for a busy machine to settle."""
 CORUN_POSITIONS = 4
 """Decode positions of the co-run probes' generation unit."""
 COST_SECTIONS = ("model", "task", "generation", "algorithm", "trainer", "sampling", "environment")
@@ -284,6 +298,8 @@ def measure(config: RunConfig) -> tuple[Costs, dict[str, Any]]:
         pull += seconds(lambda: engine.load(probes.policy.model), repeats=2)
     prompt_tokens = statistics.mean(len(p) for p in probes.prompts)
     score_s, lengths = scoring(probes)
+    turns = turns_s_per_step(config)
+    print(f"profile one_process: {turns:.4f} s/step", file=sys.stderr, flush=True)
     costs = Costs(
         threads=threads,
         score_s_per_group=score_s,
@@ -295,6 +311,7 @@ def measure(config: RunConfig) -> tuple[Costs, dict[str, Any]]:
         jitter_cv=jitter,
         oversubscribed_slowdown=crowded,
         completion_lengths=lengths,
+        turns_s_per_step=turns,
     )
     extra = {"model_bytes": size, "load_s": round(loaded, 2), "points": points, "probes_s": corun_s}
     return costs, extra
@@ -302,21 +319,21 @@ def measure(config: RunConfig) -> tuple[Costs, dict[str, Any]]:
 
 def profile(config_path: Path, out: Path | None = None, fresh: bool = False) -> dict[str, Any]:
     """The config's profile on this machine: cached, or measured and cached. JSON with the
-    profile's path, whether it was cached and the seconds it took."""
+    profile's path, whether it was cached and the seconds it took. A profile measured while
+    other processes kept the machine busy is measured again (`trusted_measure`), and so is a
+    cached one that is not `trusted`."""
     started = time.perf_counter()
     config = parse_config(read_tree(config_path))
     cached = cached_profile(config)
-    if fresh or not cached.exists():
-        costs, extra = measure(config)
+    hit = not fresh and cached.exists() and trusted(json.loads(cached.read_text()))
+    if not hit:
+        costs, extra = trusted_measure(config)
         extra |= {
             "config": str(config_path),
             "machine": machine(),
             "measured_s": round(time.perf_counter() - started, 2),
         }
         costs.save(cached, extra)
-        hit = False
-    else:
-        hit = True
     tree = json.loads(cached.read_text())
     if out is not None and out != cached:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -327,6 +344,48 @@ def profile(config_path: Path, out: Path | None = None, fresh: bool = False) -> 
         "seconds": round(time.perf_counter() - started, 2),
         "costs": tree,
     }
+
+
+def trusted(cached: dict[str, Any]) -> bool:
+    """Whether a cached profile may be used as it is: measured on a quiet machine (one cached
+    before the check, without `others_cores`, may not have been), or kept busy while
+    LLAMARL_PROFILE_BUSY=accept still says to keep such."""
+    if "others_cores" not in cached:
+        return False
+    return not cached.get("busy") or os.environ.get("LLAMARL_PROFILE_BUSY") == "accept"
+
+
+def trusted_measure(config: RunConfig) -> tuple[Costs, dict[str, Any]]:
+    """`measure`, again while other processes used more than BUSY_CORES on average (up to
+    MEASURE_ATTEMPTS times in all); still busy, a ConfigError. An attempt first watches the
+    machine for QUIET_CHECK_S and does not measure a machine busy already (RETRY_WAIT_S before
+    the next). With LLAMARL_PROFILE_BUSY=accept the first measurement is kept whatever the load,
+    marked `busy` if it was. `others_cores` records what the kept measurement shared the machine
+    with."""
+    accept = os.environ.get("LLAMARL_PROFILE_BUSY") == "accept"
+    for attempt in range(1, MEASURE_ATTEMPTS + 1):
+        if attempt > 1:
+            time.sleep(RETRY_WAIT_S)
+        cores, when = (0.0 if accept else others_now(QUIET_CHECK_S)), "before it measured"
+        if cores <= BUSY_CORES:
+            with OtherLoad() as load:
+                costs, extra = measure(config)
+            cores, when = load.cores, "while it measured"
+            extra |= {"others_cores": cores, "busy": cores > BUSY_CORES}
+            if accept or not extra["busy"]:
+                return costs, extra
+        print(
+            f"profile: other processes used {cores:.2f} cores on average {when} "
+            f"(attempt {attempt} of {MEASURE_ATTEMPTS})",
+            file=sys.stderr,
+            flush=True,
+        )
+    raise ConfigError(
+        f"profile: the machine stayed busy ({cores:.2f} cores used by other processes {when}, "
+        f"{MEASURE_ATTEMPTS} times); its figures would misjudge every layout: stop what else runs, "
+        "set workers.layout (one_process or split) to start without a profile, or "
+        "LLAMARL_PROFILE_BUSY=accept to keep a busy profile"
+    )
 
 
 def cached_profile(config: RunConfig) -> Path:

@@ -12,7 +12,7 @@
   prediction for every candidate (`llamarl.sim.predict.candidates`: thread splits, the trainer
   given more threads than it has cores of its own, 1 to cores+1 generators, staleness bounds up
   to the config's `max_staleness`) against taking turns. A split starts only where it is
-  predicted faster than taking turns by more than the simulator's TIE; otherwise one_process
+  predicted faster than taking turns by more than the profile's own spread (`margin`); otherwise one_process
   does (colocated where one_process cannot run: several trainer ranks, or generators unlike the
   trainer). Fields the config sets explicitly (`num_generators`, `trainer_threads`,
   `generator_threads`) are kept. Every layout keeps checkpoints, `--resume` and the ledger. The
@@ -28,12 +28,15 @@ import subprocess
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llamarl.config import RunConfig
 from llamarl.errors import ConfigError
 from llamarl.launch.cores import CoreSplit, pin_cores, plan_threads, usable_cores
 from llamarl.launch.supervise import llamarl_command
+
+if TYPE_CHECKING:
+    from llamarl.sim.costs import Costs
 
 SIMULATED_STEPS = 60
 SHOWN = 4
@@ -187,13 +190,19 @@ def auto(config: RunConfig, config_path: str, launcher: str = "local") -> Plan:
     if launcher == "local" and shares_the_trainers_weights(config):  # the lock-step loop, in turn
         turns = next(r for r in rows if r["colocated"])
         rows = [r for r in rows if not r["colocated"]]
-        rows.append(turns | {"one_process": True, "colocated": False, "s_per_step": sync_s})
-    best = _choose(rows, TIE)
+        measured_s = costs.turns_s_per_step  # run for real by the profile; 0 in older ones
+        turns_s = round(measured_s, 4) if measured_s > 0 else sync_s
+        turns |= {"one_process": True, "colocated": False, "s_per_step": turns_s, "measured": measured_s > 0}
+        rows.append(turns)
+        rows.sort(key=lambda r: r["s_per_step"])
+    best = _choose(rows, margin(costs, TIE))
     others = [r for r in rows if r is not best][:SHOWN]
     prediction = {
         "chosen": best,
         "sync_s_per_step": sync_s,
         "alternatives": others,
+        "margin": margin(costs, TIE),
+        "turns_s_per_step": costs.turns_s_per_step,
         "profile": measured["profile"],
         "profile_cached": measured["cached"],
         "profile_s": measured["seconds"],
@@ -213,16 +222,22 @@ def auto(config: RunConfig, config_path: str, launcher: str = "local") -> Plan:
     )
 
 
-def _choose(rows: list[dict[str, Any]], tie: float) -> dict[str, Any]:
-    """Taking turns in one process where a split is not predicted faster by more than `tie`,
-    else the cheapest of the rows within `tie` of the fastest (`llamarl.sim.predict.recommend`)."""
+def margin(costs: Costs, tie: float) -> float:
+    """How much faster than taking turns a split must be predicted to start: the profile's own
+    spread (the largest coefficient of variation of its repeated probes), at least `tie`."""
+    return round(max([tie, *costs.jitter_cv.values()]), 4)
+
+
+def _choose(rows: list[dict[str, Any]], margin: float) -> dict[str, Any]:
+    """Taking turns in one process where no split is predicted faster by more than `margin`,
+    else the cheapest of the rows within `margin` of the fastest (`llamarl.sim.predict.recommend`)."""
     from llamarl.sim.predict import recommend
 
     turns = [r for r in rows if r.get("one_process")]
     splits = [r for r in rows if not r.get("one_process")]
-    if turns and (not splits or min(r["s_per_step"] for r in splits) >= turns[0]["s_per_step"] * (1 - tie)):
+    if turns and (not splits or min(r["s_per_step"] for r in splits) >= turns[0]["s_per_step"] * (1 - margin)):
         return turns[0]
-    return recommend(splits, tie)
+    return recommend(splits, margin)
 
 
 def plan_layout(config: RunConfig, config_path: str, launcher: str = "local") -> Plan:

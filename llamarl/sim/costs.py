@@ -61,6 +61,9 @@ class Costs:
     llamarl's sync mode (the same model in process); a gather-and-broadcast elsewhere."""
     completion_lengths: list[int] = field(default_factory=list)
     """Completion lengths the profile's model sampled (empty: not measured)."""
+    turns_s_per_step: float = 0.0
+    """Seconds a step of the one_process layout took, run for real (`llamarl.bench.turns_probe`;
+    0: not measured)."""
 
     def jittered(self, rng: random.Random, role: str, seconds: float) -> float:
         """`seconds` scaled by a log-normal factor of mean 1 and the role's spread."""
@@ -97,6 +100,7 @@ class Costs:
                 sync_generate_slowdown=float(tree.get("sync_generate_slowdown", 1.0)),
                 handover_s=float(tree.get("handover_s", 0.0)),
                 completion_lengths=[int(n) for n in tree.get("completion_lengths", [])],
+                turns_s_per_step=float(tree.get("turns_s_per_step", 0.0)),
             )
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise ConfigError(

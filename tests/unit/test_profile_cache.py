@@ -18,6 +18,19 @@ TREE = {
 }
 
 
+def _costs() -> Costs:
+    at = ThreadCosts(decode_s=0.01, decode_s_per_seq=0.001, train_s=0.1, train_s_per_token=0.0)
+    return Costs(
+        threads={1: at},
+        score_s_per_group=0.0,
+        stage_s=0.0,
+        pull_s=0.0,
+        prompt_tokens=4.0,
+        corun_slowdown={},
+        cores=1,
+    )
+
+
 def test_the_key_ignores_run_length_and_follows_what_costs() -> None:
     key = profile.cache_key(parse_config(TREE))
     longer = parse_config(TREE | {"trainer": {"num_steps": 500, "eval_every": 7}, "seed": 3})
@@ -28,29 +41,56 @@ def test_the_key_ignores_run_length_and_follows_what_costs() -> None:
     assert profile.cache_key(more) != key
 
 
+@pytest.mark.parametrize(
+    ("cached", "accept", "measured_again"),
+    [
+        ({"threads": {}}, True, True),  # cached before the check
+        ({"threads": {}, "others_cores": 1.1, "busy": True}, False, True),
+        ({"threads": {}, "others_cores": 1.1, "busy": True}, True, False),
+        ({"threads": {}, "others_cores": 0.1, "busy": False}, False, False),
+    ],
+    ids=["before-the-check", "busy", "busy-accepted", "quiet"],
+)
+def test_a_cached_profile_not_measured_on_a_quiet_machine_is_measured_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached: dict, accept: bool, measured_again: bool
+) -> None:
+    """One measured beside other work (or that may have been) is not trusted, unless
+    LLAMARL_PROFILE_BUSY=accept keeps busy ones."""
+    monkeypatch.setenv("LLAMARL_CACHE_DIR", str(tmp_path))
+    if accept:
+        monkeypatch.setenv("LLAMARL_PROFILE_BUSY", "accept")
+    else:
+        monkeypatch.delenv("LLAMARL_PROFILE_BUSY", raising=False)
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(TREE))
+    path = profile.cached_profile(parse_config(TREE))
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(cached))
+    calls: list[int] = []
+
+    def measured(run_config):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return _costs(), {"others_cores": 0.1}
+
+    monkeypatch.setattr(profile, "trusted_measure", measured)
+    assert profile.profile(config)["cached"] is not measured_again
+    assert calls == ([1] if measured_again else [])
+
+
 def test_a_second_call_reads_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLAMARL_CACHE_DIR", str(tmp_path))
     config = tmp_path / "c.json"
     config.write_text(json.dumps(TREE))
     calls: list[int] = []
-    at = ThreadCosts(decode_s=0.01, decode_s_per_seq=0.001, train_s=0.1, train_s_per_token=0.0)
 
     def measured(run_config):  # type: ignore[no-untyped-def]
         """Stands in for the measurement (covered end to end by tests/integration/
-        test_layout.py, in a process of its own): what is tested here is the cache."""
+        test_layout.py and test_busy_profile.py, in processes of their own): what is tested
+        here is the cache."""
         calls.append(1)
-        costs = Costs(
-            threads={1: at},
-            score_s_per_group=0.0,
-            stage_s=0.0,
-            pull_s=0.0,
-            prompt_tokens=4.0,
-            corun_slowdown={},
-            cores=1,
-        )
-        return costs, {"calls": len(calls)}
+        return _costs(), {"calls": len(calls), "others_cores": 0.0}
 
-    monkeypatch.setattr(profile, "measure", measured)
+    monkeypatch.setattr(profile, "trusted_measure", measured)
     first = profile.profile(config)
     second = profile.profile(config)
     assert (first["cached"], second["cached"], len(calls)) == (False, True, 1)
