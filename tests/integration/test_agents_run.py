@@ -9,7 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.integration.test_episodes_run import killed_run
+
+pytestmark = pytest.mark.long  # a whole run of a minute or more: `make test-long`
 
 
 def test_killed_generator_agents_are_reissued_and_raising_agents_set_aside(tmp_path: Path) -> None:

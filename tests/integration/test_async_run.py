@@ -96,6 +96,7 @@ def test_child_crash_ends_the_run_naming_the_role(tmp_path: Path) -> None:
     assert supervise.wait_gone(tree, timeout_s=10) == []
 
 
+@pytest.mark.long
 def test_stopped_run_resumes_with_nothing_lost(tmp_path: Path) -> None:
     """Ctrl-C a run, then `llamarl run --resume`: Redis comes back from its AOF, the trainer from
     the checkpoint it wrote on the stop; the run completes as if never stopped. Every first

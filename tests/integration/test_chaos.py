@@ -14,6 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
 from llamarl.launch import supervise
@@ -26,6 +27,8 @@ from tests.integration.async_helpers import (
     worker_pids,
     write_config,
 )
+
+pytestmark = pytest.mark.long  # a whole run of a minute or more: `make test-long`
 
 RUN_ID = "chaos"
 STEPS = 400

@@ -9,8 +9,12 @@ import random
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.integration.async_helpers import check_finished_run
 from tests.integration.hand_cluster import HandCluster
+
+pytestmark = pytest.mark.long  # a whole run of a minute or more: `make test-long`
 
 STEPS = 250
 

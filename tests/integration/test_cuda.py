@@ -156,7 +156,7 @@ LAYOUTS = {
 """Overrides of the demo's two-rank, two-generator run, and the GPUs each needs."""
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_an_async_run_on_the_gpu_learns_and_balances_its_ledger(

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.integration.async_helpers import (
     check_reissued_run,
     launch,
@@ -66,6 +68,7 @@ def killed_run(tmp_path: Path, run_id: str, environment: dict[str, Any]) -> tupl
     return check_reissued_run(proc, out, err, run_dir, STEPS * 4), run_dir
 
 
+@pytest.mark.long
 def test_killed_generator_episodes_are_reissued_and_trained_once(tmp_path: Path) -> None:
     environment = {
         "kind": "tests.episode_envs:PacedEnv",

@@ -11,6 +11,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
 import redis
 
 from brokers.redis_server import RedisServer
@@ -18,6 +19,8 @@ from llamarl.launch import supervise
 from llamarl.net import free_port_block
 from tests.integration.async_helpers import launch, worker_argv, write_config
 from tests.integration.commands import LLAMARL
+
+pytestmark = pytest.mark.long  # a whole run of a minute or more: `make test-long`
 
 RUN_ID = "ended"
 STEPS = 2

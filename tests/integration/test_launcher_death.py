@@ -8,8 +8,12 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from llamarl.launch import supervise
 from tests.integration.async_helpers import launch, wait_for_steps, write_config
+
+pytestmark = pytest.mark.long  # a whole run of a minute or more: `make test-long`
 
 SHM = Path("/dev/shm")
 

@@ -23,6 +23,8 @@ from tests.integration.async_helpers import (
     worker_pids,
 )
 
+pytestmark = pytest.mark.long  # a whole run of a minute or more: `make test-long`
+
 REPO = Path(__file__).resolve().parents[2]
 TINY = str(REPO / "configs" / "tiny.yaml")
 # 400 held-out prompts (configs/tiny.yaml): the standard error of a difference of two
@@ -71,7 +73,6 @@ def async_summary(tmp_path_factory: pytest.TempPathFactory, tiny_warm_start: Pat
     return summary
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(1200)  # the session's warm start may be made for it
 def test_sync_run_lifts_held_out_accuracy(tmp_path: Path, tiny_warm_start: Path) -> None:
     done = _run_tiny(tmp_path, "sync", tiny_warm_start, STEPS)
@@ -96,7 +97,6 @@ def test_sync_run_lifts_held_out_accuracy(tmp_path: Path, tiny_warm_start: Path)
     assert max(abs(r["mismatch_kl"]) for r in records) < 1e-4
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(1200)  # the session's warm start may be made for its fixture
 def test_async_run_lifts_held_out_accuracy(async_summary: dict[str, Any]) -> None:
     summary = async_summary
@@ -107,7 +107,6 @@ def test_async_run_lifts_held_out_accuracy(async_summary: dict[str, Any]) -> Non
     assert summary["ledger"]["trained"] == RESUME_STEPS * PROMPTS_PER_STEP
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(1500)  # the warm start and its fixture's whole async run, then its own
 def test_killed_trainer_resumes_from_its_checkpoint(
     tmp_path: Path, async_summary: dict[str, Any], tiny_warm_start: Path

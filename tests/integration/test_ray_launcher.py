@@ -50,6 +50,7 @@ def _refusal(done: subprocess.CompletedProcess[str]) -> list[str]:
     return [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("{")]
 
 
+@pytest.mark.long
 def test_async_run_with_every_role_a_ray_actor(tmp_path: Path) -> None:
     pytest.importorskip("ray")  # a guard: Ray is in the dev extra
     steps, per_step = 30, 4

@@ -11,6 +11,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
 from llamarl.launch import supervise
@@ -22,6 +23,8 @@ from tests.integration.async_helpers import (
     wait_for_steps,
     write_config,
 )
+
+pytestmark = pytest.mark.long  # a whole run of a minute or more: `make test-long`
 
 STEPS = 200
 RUN_ID = "restarts"

@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from llamarl.config import load_config
 from llamarl.roles.build import checkpoint_store, held_out_evaluation
 from tests.conftest import TINY
 from tests.integration.async_helpers import launch, metrics_records
+
+pytestmark = pytest.mark.long  # a whole run of a minute or more: `make test-long`
 
 
 def test_a_shared_evaluation_equals_a_direct_evaluation_of_its_version(tmp_path: Path, tiny_warm_start: Path) -> None:

@@ -18,9 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse
 
+import pytest
+
 from llamarl.store import RedisStore
 from tests.integration.async_helpers import check_finished_run
 from tests.integration.hand_cluster import HandCluster
+
+pytestmark = pytest.mark.long  # a whole run of a minute or more: `make test-long`
 
 STEPS = 40
 HEARTBEAT_S = 0.5

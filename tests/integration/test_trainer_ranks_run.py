@@ -27,6 +27,8 @@ from tests.integration.async_helpers import (
 )
 from tests.integration.test_learning import NOISE, PROMPTS_PER_STEP, STEPS, TINY, shorter
 
+pytestmark = pytest.mark.long  # a whole run of a minute or more: `make test-long`
+
 SCALED = {"LLAMARL__TRAINER__RANKS": "2", "LLAMARL__WORKERS__NUM_GENERATORS": "2"}
 """Two trainer ranks and two generators (a GPU run sets its own ranks on top), on the demo's
 first STEPS steps from its warm start, like the learning tests."""
@@ -64,7 +66,6 @@ def learning_run(run_dir: Path, warm_start: Path, env: dict[str, str], *options:
         assert counters["syncs"] >= 2 and counters.get("sync_failures", 0) == 0, generator
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_two_ranks_and_two_generators_learn_and_balance_the_ledger(tmp_path: Path, tiny_warm_start: Path) -> None:
     """Replicas; FSDP shards take the one-process steps (test_trainer_ranks.py) and run end to
@@ -74,7 +75,6 @@ def test_two_ranks_and_two_generators_learn_and_balance_the_ledger(tmp_path: Pat
     assert stopped["rank"] == 1 and stopped["steps"] == STEPS, "rank 1 trained every step"
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_two_ranks_and_two_generators_under_ray_balance_the_ledger(tmp_path: Path, tiny_warm_start: Path) -> None:
     """The same layout with every role a Ray actor, on a short run: what Ray changes is where
@@ -96,7 +96,6 @@ def rank_pid(launcher_pid: int, rank: int) -> int:
     raise AssertionError(f"no trainer rank {rank} below the launcher")
 
 
-@pytest.mark.slow
 def test_killed_ranks_restart_the_trainer_from_its_checkpoint(tmp_path: Path) -> None:
     """Rank 1 SIGKILLed, then (after the restart) rank 0: each kill takes torchrun's ranks down,
     the launcher restarts the trainer, both ranks resume from the checkpoint (FSDP shards, each
@@ -130,7 +129,6 @@ def test_killed_ranks_restart_the_trainer_from_its_checkpoint(tmp_path: Path) ->
     assert 0 < rank_stopped(run_dir)["steps"] < steps, "a new rank 1 followed from the resume"
 
 
-@pytest.mark.slow
 def test_a_two_rank_fsdp_run_stopped_resumes_on_one_rank(tmp_path: Path) -> None:
     """Ctrl-C an fsdp run of two ranks, then `llamarl run --resume` with one: the one rank reads
     both ranks' shards (resharded on load) and the run completes, ledger balanced, every step
