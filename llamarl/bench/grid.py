@@ -142,8 +142,15 @@ def shape(name: str, config: str, pairs: int, work_dir: Path) -> dict[str, Any]:
     }
 
 
-def bench(names: list[str], pairs: int, work_dir: Path) -> dict[str, Any]:
+def bench(names: list[str], pairs: int, work_dir: Path, out: Path | None = None) -> dict[str, Any]:
+    """Every shape of `names` in turn; with `out`, the JSON so far is written there after each
+    shape, so a shape that fails (a model not imported) keeps the shapes before it."""
     work_dir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("LLAMARL_CACHE_DIR", str(work_dir / "cache"))
-    shapes = {name: shape(name, SHAPES[name], pairs, work_dir) for name in names}
-    return {"bench": "grid", "pairs": pairs, "shapes": shapes}
+    result: dict[str, Any] = {"bench": "grid", "pairs": pairs, "shapes": {}}
+    for name in names:
+        result["shapes"][name] = shape(name, SHAPES[name], pairs, work_dir)
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(result) + "\n")
+    return result

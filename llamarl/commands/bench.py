@@ -240,7 +240,7 @@ def grid_bench(args: argparse.Namespace) -> int:
         from llamarl.errors import ConfigError
 
         raise ConfigError(f"--shapes: unknown {', '.join(unknown)}; choose from {', '.join(SHAPES)}")
-    return _emit(bench(names, args.pairs, Path(args.work_dir)), args)
+    return _emit(bench(names, args.pairs, Path(args.work_dir), Path(args.out) if args.out else None), args)
 
 
 def sandbox_bench(args: argparse.Namespace) -> int:
