@@ -5,7 +5,7 @@ no warm start, one held-out prompt and no evaluation set. The median of the step
 first (first calls, allocations, the first version) and the last (its evaluation) is what
 `workers.layout: auto` charges taking turns, instead of the simulator's lock-step prediction.
 A median of 8: on a 2-core cloud machine the demo's steps ranged 0.33-0.46 s in one run, and the
-mean of 3 came out from 0.30 to 0.42 s over 8 profiles (a low one made auto take turns where a
+mean of 3 came out from 0.30 to 0.42 s over 10 probes (a low one made auto take turns where a
 split was 1.35x faster).
 """
 
