@@ -92,7 +92,7 @@ def smollm2_vllm() -> list[str]:
 
 
 def own_model() -> list[str]:
-    """docs/own-model.md: the worked example, lock-step against colocated (it measures speed)."""
+    """docs/own-model.md: the worked example, the default run against --mode sync (it measures speed)."""
     return async_vs_sync(load("async_vs_sync_own_model.json"), accuracy=False)
 
 

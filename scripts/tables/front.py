@@ -38,6 +38,13 @@ ROWS = (
         "llamarl bench async-vs-sync --config configs/tiny.yaml",
     ),
     Row(
+        "SmolLM2-135M, the own-model example: the default against sync, run wall time a step",
+        "async_vs_sync_own_model.json",
+        lambda r: spread(r["speedup"]),
+        "PYTHONPATH=configs/examples/own_model llamarl bench async-vs-sync "
+        "--config configs/examples/own_model/bench_layouts.yaml",
+    ),
+    Row(
         "Calculator episodes: async against sync, run wall time a step",
         "async_vs_sync_calculator.json",
         lambda r: spread(r["speedup"]),
