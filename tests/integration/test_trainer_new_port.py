@@ -70,9 +70,10 @@ def test_generators_follow_a_trainer_restarted_on_a_new_port(tmp_path: Path) -> 
     listener = socket.socket()
     try:
         _wait_for(lambda: store.ledger()["trained"] >= 12, "training never started", START_S)
-        old = store.version_meta()
         cluster.kill("trainer")
         cluster.kill("generator-1")
+        # Read once the trainer is gone: it may publish between a read before the kill and the kill.
+        old = store.version_meta()
         # The old weight server's port, taken: the restarted generator's request hangs there.
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", urlparse(old["endpoint"]).port or 0))
