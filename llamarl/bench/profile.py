@@ -198,12 +198,18 @@ def seconds(work: Callable[[], Any], repeats: int = 1) -> float:
 
 
 def line(x: tuple[float, float], y: tuple[float, float]) -> tuple[float, float]:
-    """(intercept, slope) through two points; where the intercept would be negative (the cost
-    grows faster than linearly), the proportional line through the second point, the
-    configured size, which the simulator then reproduces exactly."""
+    """(intercept, slope) through two points, both lines below going through the second point,
+    the configured size, which the simulator then reproduces exactly. Where the cost grew faster
+    than linearly (the intercept would be negative): the proportional line. Where the larger size
+    came out cheaper (noise on a cost that barely grows: a small model's decode position costs
+    the same for 32 rows as for 64): the flat line, not a proportional one, which would charge a
+    batch whose rows end early next to nothing (the variable-length shape's sync generation was
+    predicted 0.08 s a step against 0.32-0.39 measured)."""
     slope = (y[1] - y[0]) / (x[1] - x[0])
     intercept = y[0] - slope * x[0]
-    if intercept < 0 or slope < 0:
+    if slope < 0:
+        return y[1], 0.0
+    if intercept < 0:
         return 0.0, y[1] / x[1]
     return intercept, slope
 
@@ -298,8 +304,8 @@ def measure(config: RunConfig) -> tuple[Costs, dict[str, Any]]:
         pull += seconds(lambda: engine.load(probes.policy.model), repeats=2)
     prompt_tokens = statistics.mean(len(p) for p in probes.prompts)
     score_s, lengths = scoring(probes)
-    turns = turns_s_per_step(config)
-    print(f"profile one_process: {turns:.4f} s/step", file=sys.stderr, flush=True)
+    turns, turn_phases = turns_s_per_step(config)
+    print(f"profile one_process: {turns:.4f} s/step {turn_phases}", file=sys.stderr, flush=True)
     costs = Costs(
         threads=threads,
         score_s_per_group=score_s,
@@ -312,6 +318,7 @@ def measure(config: RunConfig) -> tuple[Costs, dict[str, Any]]:
         oversubscribed_slowdown=crowded,
         completion_lengths=lengths,
         turns_s_per_step=turns,
+        turns_phase_s=turn_phases,
     )
     extra = {"model_bytes": size, "load_s": round(loaded, 2), "points": points, "probes_s": corun_s}
     return costs, extra
@@ -349,8 +356,9 @@ def profile(config_path: Path, out: Path | None = None, fresh: bool = False) -> 
 def trusted(cached: dict[str, Any]) -> bool:
     """Whether a cached profile may be used as it is: measured on a quiet machine (one cached
     before the check, without `others_cores`, may not have been), or kept busy while
-    LLAMARL_PROFILE_BUSY=accept still says to keep such."""
-    if "others_cores" not in cached:
+    LLAMARL_PROFILE_BUSY=accept still says to keep such; and with the turns probe's phases (one
+    cached before them, without `turns_phase_s`, cannot calibrate the simulator)."""
+    if "others_cores" not in cached or not cached.get("turns_phase_s"):
         return False
     return not cached.get("busy") or os.environ.get("LLAMARL_PROFILE_BUSY") == "accept"
 

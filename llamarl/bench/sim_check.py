@@ -21,6 +21,7 @@ from llamarl.bench.async_vs_sync import clean_step_s, role_times, run_once
 from llamarl.bench.stats import spread
 from llamarl.config import parse_config
 from llamarl.config.run import read_tree
+from llamarl.sim.calibrate import calibrated
 from llamarl.sim.costs import Costs
 from llamarl.sim.predict import layout_of, lengths_of, sweep
 from llamarl.sim.rl import simulate_async
@@ -65,8 +66,10 @@ def bench(
     layouts = []
     for count in generators:
         config = parse_config(layout_tree(base, count, steps))
-        layout = layout_of(config, config.workers.num_cores or costs.cores, costs)
-        predicted = simulate_async(layout, costs, lengths_of(config, None, 0.0), steps)
+        lengths = lengths_of(config, None, 0.0)
+        checked, _ = calibrated(costs, layout_of(config, costs.cores, costs), lengths, steps)
+        layout = layout_of(config, config.workers.num_cores or costs.cores, checked)
+        predicted = simulate_async(layout, checked, lengths, steps)
         rows = measured[count]
         entry: dict[str, Any] = {
             "generators": count,

@@ -3,7 +3,9 @@ run --mode sync` (the one_process layout, the program a user runs) on the config
 its own (a vLLM engine runs there as in a run), in a temporary run directory with a private Redis,
 no warm start, one held-out prompt and no evaluation set. The median of the steps between the
 first (first calls, allocations, the first version) and the last (its evaluation) is what
-`workers.layout: auto` charges taking turns, instead of the simulator's lock-step prediction.
+`workers.layout: auto` charges taking turns, instead of the simulator's lock-step prediction; the
+medians of their generation and training calibrate the simulator's cost lines
+(`llamarl.sim.calibrate`).
 A median of 8: on a 2-core cloud machine the demo's steps ranged 0.33-0.46 s in one run, and the
 mean of 3 came out from 0.30 to 0.42 s over 10 probes (a low one made auto take turns where a
 split was 1.35x faster).
@@ -48,8 +50,9 @@ def probe_config(config: RunConfig, directory: Path) -> RunConfig:
     )
 
 
-def turns_s_per_step(config: RunConfig) -> float:
-    """Median seconds of the one_process layout's steps on this machine (see the module)."""
+def turns_s_per_step(config: RunConfig) -> tuple[float, dict[str, float]]:
+    """Median seconds of the one_process layout's steps on this machine (see the module), and of
+    their generation and training (`generate`, `train`)."""
     with tempfile.TemporaryDirectory(prefix="llamarl-turns-") as tmp:
         directory = Path(tmp)
         path = directory / "turns.yaml"
@@ -66,4 +69,6 @@ def turns_s_per_step(config: RunConfig) -> float:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise ConfigError(f"profile: {TURN_STEPS + 2} steps of --mode sync failed ({last})")
         records = [json.loads(line) for line in (directory / "run" / "metrics.jsonl").open()]
-    return statistics.median(record["step_s"] for record in records[1:-1])
+    timed = records[1:-1]
+    phases = {phase: statistics.median(r[f"{phase}_s"] for r in timed) for phase in ("generate", "train")}
+    return statistics.median(r["step_s"] for r in timed), phases

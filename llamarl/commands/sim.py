@@ -43,14 +43,17 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give a run config (llamarl sim CONFIG --profile FILE), or --paper")
     if args.profile is None:
         raise ConfigError("--profile: give the file `llamarl bench profile CONFIG --out FILE` wrote")
+    from llamarl.sim.calibrate import calibrated
     from llamarl.sim.costs import Costs
     from llamarl.sim.predict import layout_of, lengths_of, predict, sweep
 
     config = load_config(args.config)
     costs = Costs.load(Path(args.profile))
     cores = args.cores or config.workers.num_cores or costs.cores
-    layout = layout_of(config, cores, costs)
     lengths = lengths_of(config, args.median_length, args.length_sigma)
+    # Calibrated where the turns probe ran: on the profiled machine's cores.
+    costs, _ = calibrated(costs, layout_of(config, costs.cores, costs), lengths, args.steps)
+    layout = layout_of(config, cores, costs)
     if args.sweep:
         result = sweep(layout, costs, lengths, args.steps, cores)
     else:

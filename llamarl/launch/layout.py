@@ -159,6 +159,7 @@ def _print_choice(best: dict[str, Any], sync_s: float, others: list[dict[str, An
 
 def auto(config: RunConfig, config_path: str, launcher: str = "local") -> Plan:
     """The fastest predicted layout for `config` on this machine (see the module docstring)."""
+    from llamarl.sim.calibrate import calibrated
     from llamarl.sim.costs import Costs
     from llamarl.sim.predict import TIE, layout_of, lengths_of, sweep
 
@@ -175,6 +176,7 @@ def auto(config: RunConfig, config_path: str, launcher: str = "local") -> Plan:
     costs = Costs.load(Path(measured["profile"]))
     cores = workers.num_cores or usable_cores()
     lengths = lengths_of(config, None, 0.0, costs.completion_lengths)
+    costs, scales = calibrated(costs, layout_of(config, cores, costs), lengths, SIMULATED_STEPS)
     result = sweep(
         layout_of(config, cores, costs),
         costs,
@@ -203,6 +205,7 @@ def auto(config: RunConfig, config_path: str, launcher: str = "local") -> Plan:
         "alternatives": others,
         "margin": margin(costs, TIE),
         "turns_s_per_step": costs.turns_s_per_step,
+        "calibration": scales,
         "profile": measured["profile"],
         "profile_cached": measured["cached"],
         "profile_s": measured["seconds"],

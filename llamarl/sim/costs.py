@@ -64,6 +64,9 @@ class Costs:
     turns_s_per_step: float = 0.0
     """Seconds a step of the one_process layout took, run for real (`llamarl.bench.turns_probe`;
     0: not measured)."""
+    turns_phase_s: dict[str, float] = field(default_factory=dict)
+    """The same steps' median seconds generating and training (`generate`, `train`; empty: not
+    measured), what `llamarl.sim.calibrate` scales the cost lines to."""
 
     def jittered(self, rng: random.Random, role: str, seconds: float) -> float:
         """`seconds` scaled by a log-normal factor of mean 1 and the role's spread."""
@@ -101,6 +104,7 @@ class Costs:
                 handover_s=float(tree.get("handover_s", 0.0)),
                 completion_lengths=[int(n) for n in tree.get("completion_lengths", [])],
                 turns_s_per_step=float(tree.get("turns_s_per_step", 0.0)),
+                turns_phase_s={k: float(v) for k, v in tree.get("turns_phase_s", {}).items()},
             )
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise ConfigError(

@@ -21,7 +21,8 @@ from llamarl.config.run import read_tree
 from llamarl.launch import supervise
 from llamarl.launch.layout import auto
 from llamarl.sim.costs import Costs, ThreadCosts
-from llamarl.sim.predict import TIE
+from llamarl.sim.predict import TIE, layout_of, lengths_of
+from llamarl.sim.rl import simulate_sync
 from tests.integration.async_helpers import (
     check_resumed_run,
     metrics_records,
@@ -63,6 +64,7 @@ def test_auto_profiles_once_prints_its_choice_and_starts_it(tmp_path: Path) -> N
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["steps"] == STEPS
     assert prediction["turns_s_per_step"] > 0, "taking turns was run for real"
+    assert set(prediction["calibration"]) == {"generate", "train"}, "its phases calibrated the simulator"
     kind = "one_process" if chosen.get("one_process") else "split"
     assert laid["kind"] == kind and not chosen["colocated"], "taking turns is one_process's"
     assert summary["mode"] == ("sync" if kind == "one_process" else "async")
@@ -166,16 +168,25 @@ def test_auto_gives_a_tie_between_taking_turns_and_a_split_to_taking_turns(
     measured = json.loads((DATA / "profile_train_heavy.json").read_text())
     profiles = tmp_path / "cache" / "profiles"
     profiles.mkdir(parents=True)
-    key = cache_key(parse_config(read_tree(config)))
-    (profiles / f"{key}.json").write_text(json.dumps(measured | {"machine": machine(), "others_cores": 0.0}))
-    monkeypatch.setenv("LLAMARL_CACHE_DIR", str(tmp_path / "cache"))
     tree = read_tree(config)
-    plan = auto(parse_config(tree | {"workers": tree.get("workers", {}) | {"num_cores": 2}}), str(config))
+    run_config = parse_config(tree | {"workers": tree.get("workers", {}) | {"num_cores": 2}})
+    path = profiles / f"{cache_key(parse_config(tree))}.json"
+    path.write_text(json.dumps(measured))
+    # It predates the turns probe's phases: given the simulator's own lock-step phases, the
+    # calibration leaves its costs as measured (scales 1), which the tie below is about.
+    costs = Costs.load(path)
+    lengths = lengths_of(run_config, None, 0.0, costs.completion_lengths)
+    lockstep = simulate_sync(layout_of(run_config, 2, costs), costs, lengths, 60)
+    phases = {phase: lockstep.s_per_step * (1 - lockstep.idle_fraction[phase]) for phase in ("generate", "train")}
+    path.write_text(json.dumps(measured | {"machine": machine(), "others_cores": 0.0, "turns_phase_s": phases}))
+    monkeypatch.setenv("LLAMARL_CACHE_DIR", str(tmp_path / "cache"))
+    plan = auto(run_config, str(config))
     assert plan.prediction is not None and plan.prediction["profile_cached"] is True
     chosen = plan.prediction["chosen"]
     # The profile's own spread, its repeats' largest coefficient of variation, above the tie.
     assert plan.prediction["margin"] == round(max(measured["jitter_cv"].values()), 4) > TIE
     split = min(plan.prediction["alternatives"], key=lambda row: row["s_per_step"])
     assert split["s_per_step"] >= chosen["s_per_step"] * (1 - plan.prediction["margin"]), "the two tie"
+    assert plan.prediction["calibration"] == {"generate": 1.0, "train": 1.0}
     assert plan.kind == "one_process" and chosen["one_process"] is True
     assert chosen["s_per_step"] == plan.prediction["sync_s_per_step"]

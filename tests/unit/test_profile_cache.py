@@ -16,6 +16,7 @@ TREE = {
     "model": {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32},
     "trainer": {"num_steps": 5},
 }
+PHASES = {"generate": 0.5, "train": 0.5}
 
 
 def _costs() -> Costs:
@@ -28,6 +29,7 @@ def _costs() -> Costs:
         prompt_tokens=4.0,
         corun_slowdown={},
         cores=1,
+        turns_phase_s={"generate": 0.5, "train": 0.5},
     )
 
 
@@ -44,18 +46,19 @@ def test_the_key_ignores_run_length_and_follows_what_costs() -> None:
 @pytest.mark.parametrize(
     ("cached", "accept", "measured_again"),
     [
-        ({"threads": {}}, True, True),  # cached before the check
-        ({"threads": {}, "others_cores": 1.1, "busy": True}, False, True),
-        ({"threads": {}, "others_cores": 1.1, "busy": True}, True, False),
-        ({"threads": {}, "others_cores": 0.1, "busy": False}, False, False),
+        ({"threads": {}, "turns_phase_s": PHASES}, True, True),  # cached before the check
+        ({"threads": {}, "others_cores": 1.1, "busy": True, "turns_phase_s": PHASES}, False, True),
+        ({"threads": {}, "others_cores": 1.1, "busy": True, "turns_phase_s": PHASES}, True, False),
+        ({"threads": {}, "others_cores": 0.1, "busy": False, "turns_phase_s": PHASES}, False, False),
+        ({"threads": {}, "others_cores": 0.1, "busy": False}, False, True),  # cached before the phases
     ],
-    ids=["before-the-check", "busy", "busy-accepted", "quiet"],
+    ids=["before-the-check", "busy", "busy-accepted", "quiet", "before-the-phases"],
 )
 def test_a_cached_profile_not_measured_on_a_quiet_machine_is_measured_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached: dict, accept: bool, measured_again: bool
 ) -> None:
     """One measured beside other work (or that may have been) is not trusted, unless
-    LLAMARL_PROFILE_BUSY=accept keeps busy ones."""
+    LLAMARL_PROFILE_BUSY=accept keeps busy ones; nor one without the turns probe's phases."""
     monkeypatch.setenv("LLAMARL_CACHE_DIR", str(tmp_path))
     if accept:
         monkeypatch.setenv("LLAMARL_PROFILE_BUSY", "accept")

@@ -123,6 +123,9 @@ def test_the_profile_solves_its_cost_lines_through_two_timed_sizes() -> None:
     # Growing faster than linearly: the line goes through the larger, the configured, size.
     steep = line((200, 400), (0.3, 0.9))
     assert steep[0] == 0 and 400 * steep[1] == pytest.approx(0.9)
+    # The larger size cheaper (noise on a flat cost): flat at the configured size, so a batch
+    # whose rows end early still pays each position it decodes.
+    assert line((32, 64), (0.0071, 0.0068)) == (0.0068, 0.0)
 
 
 def test_a_sync_run_pays_its_measured_generation_slowdown() -> None:
