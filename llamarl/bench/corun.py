@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -83,13 +83,29 @@ class Probe:
             self.proc.join()
 
 
-class ProbeSet:
-    """A warm probe per labelled unit, sharing one go signal."""
+class Outside(Protocol):
+    """A probe in a process not forked from this one (`llamarl.bench.engine_probe`): ordered
+    and read as a `Probe`, its go given by `start`."""
 
-    def __init__(self, units: dict[str, Work]) -> None:
+    label: str
+
+    def order(self, threads: int, core: int | None) -> None: ...
+    def reply(self) -> bytes: ...
+    def start(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class ProbeSet:
+    """A warm probe per labelled unit, sharing one go signal, and the `outside` probes."""
+
+    def __init__(self, units: dict[str, Work], outside: tuple[Outside, ...] = ()) -> None:
         ctx = mp.get_context("fork")
         self.go = ctx.Event()
-        self.probes = {label: Probe(ctx, label, work, self.go) for label, work in units.items()}
+        self.probes: dict[str, Probe | Outside] = {
+            label: Probe(ctx, label, work, self.go) for label, work in units.items()
+        }
+        self.outside = {probe.label: probe for probe in outside}
+        self.probes |= self.outside
 
     def phase(self, orders: dict[str, tuple[int, int | None]]) -> dict[str, list[float]]:
         """Every repeat's seconds of the ordered probes (label: (threads, core or None)),
@@ -100,13 +116,16 @@ class ProbeSet:
         for label in orders:
             self.probes[label].reply()
         self.go.set()
+        for label in orders.keys() & self.outside.keys():
+            self.outside[label].start()
         return {label: json.loads(self.probes[label].reply()) for label in orders}
 
 
 @contextmanager
-def forked(units: dict[str, Work]) -> Iterator[ProbeSet]:
-    """The units' probes, warm, closed on the way out."""
-    probes = ProbeSet(units)
+def forked(units: dict[str, Work], outside: tuple[Outside, ...] = ()) -> Iterator[ProbeSet]:
+    """The units' probes, warm, and the `outside` ones (warm when they first reply), all closed
+    on the way out."""
+    probes = ProbeSet(units, outside)
     try:
         for probe in probes.probes.values():
             probe.reply()
@@ -116,15 +135,22 @@ def forked(units: dict[str, Work]) -> Iterator[ProbeSet]:
             probe.close()
 
 
-def corun(generate: Work, train: Work) -> tuple[dict[str, float], float, dict[str, float], dict[str, Any]]:
+def corun(generate: Work | Outside, train: Work) -> tuple[dict[str, float], float, dict[str, float], dict[str, Any]]:
     """(each role's time beside the other / alone, a core each; the oversubscribed slowdown: a
     trainer on every core beside a one-thread generator, left to the scheduler, against its
     fair share of the cores (its threads wait for each other at every parallel region, so one
     descheduled thread holds up all of them); each role's spread alone, as a coefficient of
-    variation; the probes' median seconds)."""
+    variation; the probes' median seconds). `generate` is a unit to fork, or a probe of its own
+    (a vLLM generator, `llamarl.bench.engine_probe`)."""
     cores = sorted(os.sched_getaffinity(0))
     roles = ("generate", "train")
-    with forked(dict(zip(roles, (generate, train), strict=True))) as probes:
+    units: dict[str, Work] = {"train": train}
+    outside: tuple[Outside, ...] = ()
+    if callable(generate):
+        units = {"generate": generate, "train": train}
+    else:
+        outside = (generate,)
+    with forked(units, outside) as probes:
         alone_runs = {role: probes.phase({role: (1, cores[0])})[role] for role in roles}
         alone = {role: statistics.median(t) for role, t in alone_runs.items()}
         jitter = {role: statistics.pstdev(t) / statistics.mean(t) for role, t in alone_runs.items()}

@@ -44,6 +44,7 @@ from typing import Any
 import torch
 
 from llamarl.bench.corun import corun
+from llamarl.bench.engine_probe import EngineProbe
 from llamarl.bench.machine_load import BUSY_CORES, OtherLoad, others_now
 from llamarl.bench.turns_probe import turns_s_per_step
 from llamarl.config import RunConfig, parse_config
@@ -124,7 +125,8 @@ class Probes:
         self.policy: Policy = with_adapters(policy, config.model.lora, config.seed)
         self.engine = None
         """A vLLM generator's engine (generation.engine: vllm), which then decodes the
-        profile's batches; the co-run probes decode natively (a forked process cannot run it)."""
+        profile's batches; the co-run probes' generator is then a vLLM engine in a process of its
+        own (`llamarl.bench.engine_probe`: a forked process cannot run one)."""
         if gen.engine == "vllm":
             self.engine = start_engine(config, self.policy, config.seed)
         per_step = config.trainer.prompts_per_step
@@ -281,6 +283,18 @@ def copy_s(policy: Policy) -> tuple[float, int]:
     return seconds(copy, repeats=3), size
 
 
+def coruns(probes: Probes) -> tuple[dict[str, float], float, dict[str, float], dict[str, Any]]:
+    """`llamarl.bench.corun.corun` on the profile's units; a vLLM config's generator a vLLM
+    engine in a process of its own (`llamarl.bench.engine_probe`)."""
+    if probes.engine is None:
+        return corun(probes.generate_unit, probes.train_unit)
+    engine = EngineProbe(probes.config)
+    try:
+        return corun(engine, probes.train_unit)
+    finally:
+        engine.close()
+
+
 def measure(config: RunConfig) -> tuple[Costs, dict[str, Any]]:
     started = time.perf_counter()
     torch.set_num_threads(1)
@@ -290,12 +304,12 @@ def measure(config: RunConfig) -> tuple[Costs, dict[str, Any]]:
     points: dict[str, Any] = {}
     for count in range(1, usable_cores() + 1):
         if count == 2:  # forked while this process has run one thread only, and warm
-            slowdown, crowded, jitter, corun_s = corun(probes.generate_unit, probes.train_unit)
+            slowdown, crowded, jitter, corun_s = coruns(probes)
         torch.set_num_threads(count)
         threads[count], points[str(count)] = thread_costs(probes)
         print(f"profile {count} thread(s): {threads[count]}", file=sys.stderr, flush=True)
     if len(threads) == 1:
-        slowdown, crowded, jitter, corun_s = corun(probes.generate_unit, probes.train_unit)
+        slowdown, crowded, jitter, corun_s = coruns(probes)
     torch.set_num_threads(1)
     stage, size = copy_s(probes.policy)
     pull = stage
