@@ -25,11 +25,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from llamarl.bench.corun import CORUN_S, REPLY_S
+from llamarl.bench.turns_probe import FROM_THE_ENVIRONMENT
 from llamarl.config import RunConfig
 from llamarl.config.run import dump_config, load_config
-
-FROM_THE_ENVIRONMENT = ("LLAMARL_RUN_ID", "LLAMARL_RUN_DIR", "LLAMARL_REDIS_URL", "LLAMARL_BROKER")
-"""Besides LLAMARL__SECTION__FIELD overrides: the probe's config is resolved already."""
 
 
 class EngineProbe:
