@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from llamarl.bench.profile import cache_key, machine
-from llamarl.config import parse_config
+from llamarl.config import RunConfig, parse_config
 from llamarl.config.run import read_tree
 from llamarl.launch import supervise
 from llamarl.launch.layout import SPLIT_FLOOR, auto
@@ -111,8 +111,21 @@ def _write_trainer_bound_profile(config: Path, cache: Path) -> None:
         cores=machine()["cores"],
         oversubscribed_slowdown=1.5,
     )
-    key = cache_key(parse_config(read_tree(config)))
-    costs.save(cache / "profiles" / f"{key}.json", {"config": str(config), "machine": machine(), "others_cores": 0.0})
+    run_config = parse_config(read_tree(config))
+    path = cache / "profiles" / f"{cache_key(run_config)}.json"
+    costs.save(path, {"config": str(config), "machine": machine(), "others_cores": 0.0})
+    _add_lockstep_phases(path, run_config, machine()["cores"])
+
+
+def _add_lockstep_phases(path: Path, run_config: RunConfig, cores: int) -> None:
+    """Give the cached profile at `path` the turns probe's phases as the simulator's own lock-step
+    run of its costs predicts them: the calibration then leaves the costs as written (scales 1),
+    and auto trusts the profile (one without phases is measured again)."""
+    costs = Costs.load(path)
+    lengths = lengths_of(run_config, None, 0.0, costs.completion_lengths)
+    lockstep = simulate_sync(layout_of(run_config, cores, costs), costs, lengths, 60)
+    phases = {phase: lockstep.s_per_step * (1 - lockstep.idle_fraction[phase]) for phase in ("generate", "train")}
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"turns_phase_s": phases}))
 
 
 @pytest.mark.long
@@ -171,14 +184,10 @@ def test_auto_gives_a_tie_between_taking_turns_and_a_split_to_taking_turns(
     tree = read_tree(config)
     run_config = parse_config(tree | {"workers": tree.get("workers", {}) | {"num_cores": 2}})
     path = profiles / f"{cache_key(parse_config(tree))}.json"
-    path.write_text(json.dumps(measured))
+    path.write_text(json.dumps(measured | {"machine": machine(), "others_cores": 0.0}))
     # It predates the turns probe's phases: given the simulator's own lock-step phases, the
     # calibration leaves its costs as measured (scales 1), which the tie below is about.
-    costs = Costs.load(path)
-    lengths = lengths_of(run_config, None, 0.0, costs.completion_lengths)
-    lockstep = simulate_sync(layout_of(run_config, 2, costs), costs, lengths, 60)
-    phases = {phase: lockstep.s_per_step * (1 - lockstep.idle_fraction[phase]) for phase in ("generate", "train")}
-    path.write_text(json.dumps(measured | {"machine": machine(), "others_cores": 0.0, "turns_phase_s": phases}))
+    _add_lockstep_phases(path, run_config, 2)
     monkeypatch.setenv("LLAMARL_CACHE_DIR", str(tmp_path / "cache"))
     plan = auto(run_config, str(config))
     assert plan.prediction is not None and plan.prediction["profile_cached"] is True
