@@ -1,7 +1,8 @@
 """`llamarl bench async-vs-sync`: the same config run both ways, side by side, in one go.
 
-Runs interleave (sync, async, sync, async, ...), one pair per seed (`--seeds`, default 0,1,2), so
-the accuracy figures cover three seeds in each mode. Both runs of a pair start from one shared
+Runs interleave, one pair per seed (`--seeds`, default 0,1,2), so the accuracy figures cover
+three seeds in each mode; the order alternates (sync then async in even pairs, async then sync in
+odd ones: a machine whose speed drifts within a pair favours neither arm). Both runs of a pair start from one shared
 supervised warm start (run once per seed, `llamarl sft`), train on the same prompts (ticket i is
 prompt i in both) and, with fixed-length completions (`min_new_tokens`), generate and train
 exactly the same number of tokens; the benchmark checks that and reports it (`equal_work`). An
@@ -214,7 +215,7 @@ def role_times(result: RunResult, mode: str, steps: int) -> dict[str, Any]:
 def describe(result: RunResult, mode: str, target: float) -> dict[str, Any]:
     records = result.records
     steps = len(records)
-    step_s = clean_step_s(records, mode)
+    step_s = clean_step_s(records, result.summary["mode"])  # a default run may take turns: sync's steps
     trained_tokens = sum(r["num_tokens"] for r in records)
     generated = sum(t.get("generated_tokens", 0) for t in result.timers.values())
     discarded = sum(t.get("discarded_tokens", 0) for t in result.timers.values())
@@ -255,6 +256,10 @@ def solo_times(tree: dict[str, Any], name: str, work_dir: Path) -> dict[str, flo
     return times
 
 
+ARM_ORDER = (("sync", "async"), ("async", "sync"))
+"""The order of a pair's two runs, alternating pair by pair."""
+
+
 def bench(config_path: Path, seeds: list[int], target: float, work_dir: Path) -> dict[str, Any]:
     work_dir.mkdir(parents=True, exist_ok=True)
     base = read_tree(config_path)
@@ -262,7 +267,7 @@ def bench(config_path: Path, seeds: list[int], target: float, work_dir: Path) ->
     for index, seed in enumerate(seeds):
         tree = warm_start(base | {"seed": seed}, work_dir)
         pair: dict[str, Any] = {"seed": seed}
-        for mode in ("sync", "async"):
+        for mode in ARM_ORDER[index % 2]:
             result = run_once(tree, mode, f"{mode}-{index}", work_dir)
             pair[mode] = describe(result, mode, target)
             print(f"pair {index} {mode}: {json.dumps(pair[mode])}", file=sys.stderr, flush=True)

@@ -5,7 +5,9 @@ and timed again (what `workers.layout: auto` pays before a run: once per config 
 Then `--pairs` interleaved rounds of three runs of the same work: sync, the default run (layout
 auto: taking turns in one_process unless a split is predicted faster by more than the profile's
 spread) and the alternative of the other kind (colocated when auto chose a split, else the split
-`workers.layout: split` starts), so the choice is checked against a measured alternative. Per
+`workers.layout: split` starts), so the choice is checked against a measured alternative; sync
+and the default swap places in odd rounds (default, sync, alternative), so a machine whose speed
+drifts within a round favours neither. Per
 run: seconds per RL step (`clean_step_s`: steps past the shape's warm-up (WARMUP) that neither
 evaluated nor followed an evaluation), the layout it ran and, for the auto run, the prediction it
 printed; for async runs each generator's and the trainer's idle fraction (their own timers).
@@ -96,9 +98,12 @@ def shape(name: str, config: str, pairs: int, work_dir: Path) -> dict[str, Any]:
     tree = _tree(config, steps)
     runs: dict[str, list[dict[str, Any]]] = {"sync": [], "default": [], "other": []}
     for pair in range(pairs):
-        runs["sync"].append(_run(tree, "sync", None, f"{name}-sync-{pair}", work_dir, warmup))
+        if pair % 2 == 0:  # sync and the default swap places pair by pair: drift favours neither
+            runs["sync"].append(_run(tree, "sync", None, f"{name}-sync-{pair}", work_dir, warmup))
         default = _run(tree, "async", None, f"{name}-default-{pair}", work_dir, warmup)
         runs["default"].append(default)
+        if pair % 2 == 1:
+            runs["sync"].append(_run(tree, "sync", None, f"{name}-sync-{pair}", work_dir, warmup))
         other = _other(default["layout"])
         runs["other"].append(_run(tree, "async", other, f"{name}-{other}-{pair}", work_dir, warmup))
         print(
