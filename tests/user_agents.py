@@ -33,6 +33,8 @@ def _keep(client: Any, reply: Any) -> None:
             "token_ids": choice.model_extra["token_ids"],
             "logprobs": logprobs,
             "policy_version": reply.model_extra["policy_version"],
+            "message": choice.message.model_dump(exclude_none=True) if hasattr(choice, "message") else None,
+            "finish_reason": choice.finish_reason,
         }
     )
 
@@ -179,3 +181,31 @@ async def types_specials(row: dict[str, Any], client: Any) -> None:
     if kind == 2:
         messages = [{"role": "user", "content": "1"}, {"role": "assistant", "content": "<eos>"}, *messages]
     await client.chat.completions.create(model="p", messages=messages, max_tokens=2)
+
+
+def run_tool(name: str, arguments: dict[str, Any]) -> str:
+    """What the two tools of tests/chat_families.py answer."""
+    if name == "search":
+        return f"{arguments['site']}: 3 pages on {arguments['query']}"
+    return f"in {int(arguments['days']) + 4} days"
+
+
+async def tool_calling(row: dict[str, Any], client: Any) -> float:
+    """Up to three turns offering tests/chat_families.py's two tools: each call's result goes
+    back as a tool message with its call's id; a turn without calls ends the episode."""
+    from tests.chat_families import TOOLS
+
+    messages: list[dict[str, Any]] = [{"role": "user", "content": row["prompt"]}]
+    for _ in range(3):
+        reply = await client.chat.completions.create(
+            model="policy", messages=messages, tools=TOOLS, max_tokens=200, logprobs=True
+        )
+        _keep(client, reply)
+        message = reply.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            break
+        for call in message.tool_calls:
+            result = run_tool(call.function.name, json.loads(call.function.arguments))
+            messages.append({"role": "tool", "tool_call_id": call.id, "name": call.function.name, "content": result})
+    return 1.0

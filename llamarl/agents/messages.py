@@ -38,16 +38,17 @@ def content_text(content: Any) -> str:
 
 def call_input(arguments: str) -> str:
     """The input a call's `arguments` carry: the value of a one-key JSON object of a string,
-    else the arguments text itself."""
+    else the arguments in one normal JSON text (keys sorted, no spaces: a client that writes
+    them again in its own spacing sends the same call), or their text when they are no JSON."""
     try:
         value = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):
         return arguments
     if isinstance(value, dict) and len(value) == 1:
         (inside,) = value.values()
         if isinstance(inside, str):
             return inside
-    return arguments
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def normal(message: Mapping[str, Any]) -> Normal:

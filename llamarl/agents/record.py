@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llamarl.agents.messages import Normal, as_text, normal
+from llamarl.agents.chat_forms import model_reads
+from llamarl.agents.messages import Normal, normal
 from llamarl.engine.episodes import Episode
 from llamarl.engine.turns import TurnRenderer
 from llamarl.envs.base import Message
@@ -54,8 +56,10 @@ class AgentEpisode:
     turns: list[dict[str, Any]] = field(default_factory=list)
     seen: list[Normal] | None = None
     """The last chat request's messages (None before the first request or after a text one)."""
-    history: list[Message] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
     """The same messages as the model reads them (for rendering the next reply)."""
+    tools: list[dict[str, Any]] | None = None
+    """The tools the last chat request handed the template (a family's own tool format)."""
     prompt_text: str | None = None
     """The last text request's prompt (a text prompt)."""
     choices: list[Choice] = field(default_factory=list)
@@ -118,18 +122,28 @@ class AgentEpisode:
             self._take(self.choices[0])
         self.end, self.error = reason, error
 
-    def _add_environment(self, ids: list[int], turns: list[Message]) -> None:
+    def _add_environment(self, ids: list[int], turns: Sequence[Mapping[str, Any]]) -> None:
         self.tokens = self.tokens + ids
         self.logprobs = self.logprobs + [0.0] * len(ids)
         self.versions = self.versions + [-1] * len(ids)
         self.turns = self.turns + [{"role": m["role"], "content": m["content"]} for m in turns]
 
-    def chat_context(self, renderer: TurnRenderer, messages: list[dict[str, Any]]) -> list[int]:
-        """The token ids to sample a chat request's next turn from (recording as above)."""
+    def chat_context(
+        self,
+        renderer: TurnRenderer,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        tool_format: str = "llamarl",
+    ) -> list[int]:
+        """The token ids to sample a chat request's next turn from (recording as above), the
+        messages read in `tool_format` (`llamarl.agents.chat_forms`); a family's own format also
+        hands the template the `tools` offered, which a later request must offer alike to extend
+        the chain."""
         seen = [normal(m) for m in messages]
-        texts = [as_text(m) for m in messages]
-        known = self.seen
-        self.prompt_text = None
+        texts = [model_reads(m, tool_format) for m in messages]
+        offered = (tools or None) if tool_format != "llamarl" else None
+        known = self.seen if offered == self.tools else None
+        self.prompt_text, self.tools = None, offered
         if known is not None and seen[: len(known)] == known:
             if len(seen) == len(known):
                 return self.context()
@@ -141,12 +155,12 @@ class AgentEpisode:
                 before, new = self.history, texts[len(known) + 1 :]
                 self._take(chosen)
                 if new:
-                    reply = renderer.reply(before, chosen.ended_with_eos, new)
+                    reply = renderer.reply(before, chosen.ended_with_eos, new, offered)
                     self._add_environment(reply, new)
                 self.seen, self.history = seen, texts
                 return self.context()
         self.seen, self.history = seen, texts
-        return self._restart(renderer.prompt(texts))
+        return self._restart(renderer.prompt(texts, offered))
 
     def text_context(self, renderer: TurnRenderer, prompt: str | list[int]) -> list[int]:
         """The token ids to sample a text request's next turn from (recording as above)."""

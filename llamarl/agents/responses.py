@@ -9,8 +9,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llamarl.agents.messages import reply_message
 from llamarl.agents.record import Choice
+from llamarl.agents.tool_formats import call_ids, parse_reply
 from llamarl.agents.wire import ChatRequest, Request
 from llamarl.engine.model import Policy
 
@@ -71,6 +71,25 @@ def _text_logprobs(policy: Policy, choice: Choice) -> dict[str, Any]:
     }
 
 
+def reply_of(
+    policy: Policy, choice: Choice, tools: list[dict[str, Any]], tool_format: str
+) -> tuple[dict[str, Any], int]:
+    """The assistant message a sampled turn answers a chat request with, its calls read in
+    `tool_format` (`llamarl.agents.tool_formats`), and how many malformed calls it held. A
+    family's format is read from the turn's text with its special tokens (`[TOOL_CALLS]` is
+    one); a turn without calls answers its plain text."""
+    if not tools:
+        return {"role": "assistant", "content": choice.text}, 0
+    text = choice.text
+    if tool_format != "llamarl":
+        spoken = choice.ids[:-1] if choice.ended_with_eos else choice.ids
+        text = str(policy.tokenizer.decode(spoken, skip_special_tokens=False))
+    message, malformed = parse_reply(policy.tokenizer, tool_format, text, tools, call_ids(tool_format))
+    if "tool_calls" not in message:
+        message = {"role": "assistant", "content": choice.text}
+    return message, malformed
+
+
 def response_body(
     policy: Policy,
     request: Request,
@@ -78,14 +97,17 @@ def response_body(
     model: str,
     context: list[int],
     sampled: list[tuple[Choice, str]],
-) -> tuple[list[Choice], dict[str, Any]]:
-    """The choices as the episode keeps them (chat: with the message answered) and the body."""
+    tool_format: str = "llamarl",
+) -> tuple[list[Choice], dict[str, Any], int]:
+    """The choices as the episode keeps them (chat: with the message answered), the body, and
+    the malformed tool calls its turns held."""
     chat = isinstance(request, ChatRequest)
-    kept, bodies = [], []
+    kept, bodies, malformed = [], [], 0
     for index, (choice, finish) in enumerate(sampled):
         body: dict[str, Any] = {"index": index, "finish_reason": finish, "token_ids": choice.ids}
         if isinstance(request, ChatRequest):
-            message = reply_message(choice.text, request.offered_tools(), f"call_{ident}_{index}")
+            message, bad = reply_of(policy, choice, request.offered_tools(), tool_format)
+            malformed += bad
             choice = Choice(**{**vars(choice), "message": message})
             if "tool_calls" in message:
                 body["finish_reason"] = "tool_calls"
@@ -97,19 +119,23 @@ def response_body(
         kept.append(choice)
         bodies.append(body)
     completion = sum(len(c.ids) for c in kept)
-    return kept, {
-        "id": f"{'chatcmpl' if chat else 'cmpl'}-{ident}",
-        "object": "chat.completion" if chat else "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": bodies,
-        "usage": {
-            "prompt_tokens": len(context),
-            "completion_tokens": completion,
-            "total_tokens": len(context) + completion,
+    return (
+        kept,
+        {
+            "id": f"{'chatcmpl' if chat else 'cmpl'}-{ident}",
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": bodies,
+            "usage": {
+                "prompt_tokens": len(context),
+                "completion_tokens": completion,
+                "total_tokens": len(context) + completion,
+            },
+            "policy_version": kept[0].version if kept else -1,
         },
-        "policy_version": kept[0].version if kept else -1,
-    }
+        malformed,
+    )
 
 
 def error_body(status: int, message: str) -> dict[str, Mapping[str, Any]]:

@@ -37,6 +37,7 @@ from llamarl.agents.play import Agent, AgentThreads, agent_function, row_of
 from llamarl.agents.record import AgentEpisode, Choice
 from llamarl.agents.responses import error_body, response_body, sampled_choice
 from llamarl.agents.server import ServerThread
+from llamarl.agents.tool_formats import format_of
 from llamarl.agents.wire import ChatRequest, Request
 from llamarl.config import EnvironmentConfig
 from llamarl.config.endpoint import EndpointConfig
@@ -59,11 +60,11 @@ class Ended:
     error: str | None
 
 
-def context_of(episode: AgentEpisode, renderer: TurnRenderer, body: Request) -> list[int]:
+def context_of(episode: AgentEpisode, renderer: TurnRenderer, body: Request, tool_format: str) -> list[int]:
     """The token ids `body` is sampled from, recorded in `episode`."""
     if isinstance(body, ChatRequest):
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
-        return episode.chat_context(renderer, messages)
+        return episode.chat_context(renderer, messages, body.offered_tools(), tool_format)
     return episode.text_context(renderer, body.prompt)
 
 
@@ -89,6 +90,7 @@ class AgentRunner:
         self.decode = decode
         self.threads = AgentThreads()
         self.renderer = TurnRenderer(policy)
+        self.tool_format = format_of(config.tool_format, policy.tokenizer, policy.chat)
         self.inbox: queue.Queue[Waiting | Ended] = queue.Queue()
         self.on_reject = on_reject
         self.count = count
@@ -257,7 +259,7 @@ class AgentRunner:
             return self._refuse(item, 400, "bad_request", problem)
         saved = episode.saved()
         try:
-            item.context = context_of(episode, self.renderer, body)
+            item.context = context_of(episode, self.renderer, body, self.tool_format)
         except Exception as err:  # the chat template refused the agent's messages
             episode.restore(saved)
             detail = f"{type(err).__name__}: {err}"[:200]
@@ -319,12 +321,13 @@ class AgentRunner:
         episode = item.episode
         ident = f"{episode.episode_id}-{episode.requests}"
         try:
-            episode.choices, body = response_body(
-                self.policy, item.body, ident, self.endpoint.model, item.context, sampled
+            episode.choices, body, malformed = response_body(
+                self.policy, item.body, ident, self.endpoint.model, item.context, sampled, self.tool_format
             )
         except Exception as err:  # a body we failed to answer: that request's error alone
             message = f"cannot answer: {type(err).__name__}: {err}"[:200]
             return self._refuse(item, 500, "endpoint_error", message)
+        self.count("agent_malformed_tool_calls", malformed)
         answer(item, 200, body)
 
 

@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
+import string
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -137,6 +139,34 @@ FORMATS: dict[str, ToolFormat] = {
     "llama3_json": _split_llama3,
     "llamarl": _split_llamarl,
 }
+
+
+MARKERS = (
+    ("<tool_call>", "hermes"),
+    ("[TOOL_CALLS]", "mistral"),
+    (PYTHON_TAG, "llama3_json"),
+    ("<|start_header_id|>ipython", "llama3_json"),
+)
+"""What a chat template writes for each family's calls or results, in the order they are looked
+for (Llama 3.2's template writes no python tag, only the ipython role of tool results)."""
+
+
+def format_of(configured: str, tokenizer: PreTrainedTokenizerBase, chat: bool) -> str:
+    """The family `environment.tool_format` names; for auto, the first of MARKERS the model's
+    chat template holds (llamarl when none does, or the model has no template)."""
+    if configured != "auto":
+        return configured
+    template = tokenizer.chat_template if chat else None
+    texts = template.values() if isinstance(template, dict) else [template or ""]
+    return next((fmt for marker, fmt in MARKERS if any(marker in text for text in texts)), "llamarl")
+
+
+def call_ids(fmt: str) -> Callable[[], str]:
+    """Fresh tool call ids as the family's templates accept them: mistral's are nine letters and
+    digits (its templates refuse others), the others `call_` and 24 hex digits, as OpenAI's."""
+    if fmt == "mistral":
+        return lambda: "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(9))
+    return lambda: f"call_{secrets.token_hex(12)}"
 
 
 def _call(found: Any, offered: set[str]) -> dict[str, Any] | None:

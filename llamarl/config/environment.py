@@ -37,6 +37,13 @@ class EnvironmentConfig(_Section):
     episode_timeout_s: float = Field(120.0, gt=0, le=86_400)
     """kind agent: seconds an agent may run; one that overruns is ended (reason
     agent_timeout), never the worker."""
+    tool_format: Literal["auto", "llamarl", "hermes", "mistral", "llama3_json"] = "auto"
+    """kind agent: how the model writes a tool call, and so how the endpoint reads one from its
+    turn and how the request's `tools`, calls and results reach the chat template: hermes
+    (Hermes 2 Pro, Qwen2.5/3: `<tool_call>` JSON), mistral (`[TOOL_CALLS]`), llama3_json
+    (Llama 3.1-3.3 JSON calls), llamarl (`<tool>{"NAME": "INPUT"}</tool>`, our character
+    models'); auto: read from the model's chat template, llamarl without one
+    (docs/environments.md)."""
     tools: list[ToolName] | None = None
     """Tools the model may call inside an episode; null: the environment's own choice
     (calculator: the calculator; retry: none)."""
@@ -76,6 +83,9 @@ class EnvironmentConfig(_Section):
             )
         if self.kind == "agent" and self.tools:
             raise FieldConflict(("tools", "kind"), "an agent calls its own tools; drop environment.tools")
+        if self.tool_format != "auto" and self.kind != "agent":
+            message = "tool_format is how an agent's model writes its calls; set kind agent"
+            raise FieldConflict(("tool_format", "kind"), message)
         if self.demonstration is not None and self.kind != "agent":
             raise FieldConflict(
                 ("demonstration", "kind"),

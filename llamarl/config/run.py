@@ -128,6 +128,17 @@ class RunConfig(_Section):
         return self
 
     @model_validator(mode="after")
+    def _tool_format_agrees(self) -> RunConfig:
+        """A family's own tool format is written by the model's chat template."""
+        if self.environment.tool_format not in ("auto", "llamarl") and not self.model.chat_template:
+            raise FieldConflict(
+                ("environment.tool_format", "model.chat_template"),
+                f"tool format {self.environment.tool_format} is written by the model's chat template; "
+                "set model.chat_template: true (an instruct model's), or tool_format: llamarl",
+            )
+        return self
+
+    @model_validator(mode="after")
     def _chat_rows_agree(self) -> RunConfig:
         """Chat rows are prompts only a tokenizer's chat template can write."""
         if self.task.messages_field is None:

@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from huggingface_hub import constants as hub_constants
@@ -48,10 +49,16 @@ class Policy:
             return list(self.tokenizer(text).input_ids)
         return self.encode_messages([{"role": "user", "content": text}])
 
-    def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
-        """A conversation rendered by the chat template, ending with the assistant's cue."""
+    def encode_messages(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> list[int]:
+        """A conversation rendered by the chat template (with the `tools` offered, OpenAI form),
+        ending with the assistant's cue."""
         rendered = self.tokenizer.apply_chat_template(
-            [dict(m) for m in messages], add_generation_prompt=True, tokenize=False
+            [dict(m) for m in messages],
+            tools=[dict(t) for t in tools] if tools else None,
+            add_generation_prompt=True,
+            tokenize=False,
         )
         return list(self.tokenizer(str(rendered), add_special_tokens=False).input_ids)
 

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from llamarl.engine.model import Policy
-from llamarl.envs.base import Message
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 """Control characters but newline and tab: escaped in an environment's text."""
@@ -33,6 +34,10 @@ def escape_control(text: str) -> str:
     return CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
 
 
+Tools = Sequence[Mapping[str, Any]] | None
+"""The tools a conversation offers (OpenAI form), handed to the chat template; None: none."""
+
+
 class TurnRenderer:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
@@ -40,8 +45,13 @@ class TurnRenderer:
         self.specials = [t.content for t in self.tokenizer.added_tokens_decoder.values() if t.special]
         """The texts the tokenizer turns into control tokens unless told to split them."""
 
-    def _render(self, messages: list[Message], cue: bool) -> str:
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=cue, tokenize=False)
+    def _render(self, messages: Sequence[Mapping[str, Any]], cue: bool, tools: Tools) -> str:
+        text = self.tokenizer.apply_chat_template(
+            [dict(m) for m in messages],
+            tools=[dict(t) for t in tools] if tools else None,
+            add_generation_prompt=cue,
+            tokenize=False,
+        )
         return str(text)
 
     def ids(self, text: str) -> list[int]:
@@ -63,19 +73,47 @@ class TurnRenderer:
         text or a control character."""
         return CONTROL.search(text) is not None or any(special in text for special in self.specials)
 
-    def prompt(self, messages: list[Message]) -> list[int]:
-        """The prompt's tokens, ending with the cue for the model's first turn; the messages'
-        text is never a control token (see the module's doc)."""
-        if len(messages) == 1:  # exactly as a single-turn rollout encodes its prompt
+    def _check_calls(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Refuse tool calls whose names or arguments could forge a token: the template writes
+        them as its own text (only a message's content is spelled as text)."""
+        for message in messages:
+            if any(self._forges(text) for text in _strings(message.get("tool_calls"))):
+                raise ValueError("a tool call holds a special token's text or a control character")
+
+    def prompt(self, messages: Sequence[Mapping[str, Any]], tools: Tools = None) -> list[int]:
+        """The prompt's tokens, ending with the cue for the model's first turn (the `tools`
+        offered handed to the template); the messages' text is never a control token (see the
+        module's doc)."""
+        if len(messages) == 1 and not tools:  # exactly as a single-turn rollout encodes its prompt
             messages = [{"role": "user", "content": messages[0]["content"]}]
         if not self.policy.chat:
             return self.first_text_ids("".join(m["content"] for m in messages))
-        if not any(self._forges(m["content"]) for m in messages):
-            return self.policy.encode_messages(messages)
+        self._check_calls(messages)
+        if not any(self._forges(m.get("content") or "") for m in messages):
+            return self.policy.encode_messages(messages, tools)
+        return self._spelled(*self._marked(messages, 0, tools))
+
+    def _marked(self, messages: Sequence[Mapping[str, Any]], start: int, tools: Tools) -> tuple[str, dict[str, str]]:
+        """The conversation rendered with the assistant's cue, each text from message `start`
+        on replaced by a marker; and the markers' texts. A template that rewrites a text
+        (JSON-quotes it) loses its marker: that text is rendered as it is, which only text that
+        cannot forge a token may be."""
         nonce = secrets.token_hex(8)
-        marks = {f"\x00text-{nonce}-{i}\x00": m["content"] for i, m in enumerate(messages)}
-        marked = [{**m, "content": mark} for m, mark in zip(messages, marks, strict=True)]
-        return self._spelled(self._render(marked, cue=True), marks)
+        marks = {i: f"\x00text-{nonce}-{i}\x00" for i, m in enumerate(messages) if i >= start and m.get("content")}
+
+        def render() -> str:
+            return self._render(
+                [{**m, "content": marks[i]} if i in marks else m for i, m in enumerate(messages)], True, tools
+            )
+
+        rendered = render()
+        lost = [i for i, mark in marks.items() if mark not in rendered]
+        if any(self._forges(messages[i]["content"]) for i in lost):
+            raise ValueError("the chat template rewrites a message's text, which may then hold no special token's text")
+        if lost:
+            marks = {i: mark for i, mark in marks.items() if i not in lost}
+            rendered = render()
+        return rendered, {mark: messages[i]["content"] for i, mark in marks.items()}
 
     def _spelled(self, rendered: str, marks: dict[str, str]) -> list[int]:
         """Tokens of template text holding `marks`' markers: each marker spelled as the text it
@@ -87,21 +125,37 @@ class TurnRenderer:
             ids += self.text_ids(marks[piece]) if piece in marks else self.ids(piece)
         return ids
 
-    def reply(self, history: list[Message], ended_with_eos: bool, new: list[Message]) -> list[int]:
+    def reply(
+        self,
+        history: Sequence[Mapping[str, Any]],
+        ended_with_eos: bool,
+        new: Sequence[Mapping[str, Any]],
+        tools: Tools = None,
+    ) -> list[int]:
         """The tokens of `new` after a model turn; `history` is the conversation before that
         turn (the turn itself not included)."""
         if not self.policy.chat:
             return self.text_ids("".join(m["content"] for m in new))
-        nonce = secrets.token_hex(8)
-        turn = f"\x00model-turn-{nonce}\x00"
-        marks = {f"\x00env-text-{nonce}-{i}\x00": m["content"] for i, m in enumerate(new)}
-        with_turn = [*history, {"role": "assistant", "content": turn}]
-        marked = [{**m, "content": mark} for m, mark in zip(new, marks, strict=True)]
+        self._check_calls(new)
+        turn = f"\x00model-turn-{secrets.token_hex(8)}\x00"
         # Everything after the model's text, as the template writes it once the reply follows
         # (a template may render a turn differently when it is no longer the last one).
-        after = self._render(with_turn + marked, cue=True)
+        after, marks = self._marked([*history, {"role": "assistant", "content": turn}, *new], len(history) + 1, tools)
         rest = after[after.index(turn) + len(turn) :]
         eos = str(self.tokenizer.eos_token)
         if ended_with_eos and rest.startswith(eos):
             rest = rest[len(eos) :]
         return self._spelled(rest, marks)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string inside `value` (dicts' keys and values, lists' items)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)

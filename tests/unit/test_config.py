@@ -358,3 +358,18 @@ def test_an_unquoted_off_means_off(tmp_path: Path) -> None:
     assert (config.sampling.overlong, config.logging.wandb) == ("off", "off")
     overridden = parse_config({}, environ={"LLAMARL__SAMPLING__OVERLONG": "off"})
     assert overridden.sampling.overlong == "off"
+
+
+def test_a_family_tool_format_without_a_chat_template_or_an_agent_is_refused() -> None:
+    agent = {"kind": "agent", "agent": "tests.user_agents:three_turns"}
+    _refused(
+        {"environment": agent | {"tool_format": "hermes"}},
+        "environment.tool_format, model.chat_template: tool format hermes is written by the model's chat "
+        "template; set model.chat_template: true (an instruct model's), or tool_format: llamarl",
+    )
+    _refused(
+        {"environment": {"tool_format": "mistral"}},
+        "environment.tool_format, environment.kind: tool_format is how an agent's model writes its calls; "
+        "set kind agent",
+    )
+    assert parse_config({"environment": agent | {"tool_format": "llamarl"}}).environment.tool_format == "llamarl"

@@ -3,188 +3,27 @@ calls becomes OpenAI `tool_calls` with JSON arguments and a fresh id each, a mal
 (bad JSON, an unknown tool, nested too deep) is counted and the turn stays text, a plain answer
 has no calls, and the family's chat template renders the parsed calls and their results.
 
-Each family gets a real tokenizer (the character tokenizer plus the family's markers as special
-tokens) and a chat template written here after the family's own: tools, assistant `tool_calls`
-and `tool` messages with their `tool_call_id`."""
+Each family gets a real tokenizer and a chat template written after the family's own
+(tests/chat_families.py)."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import string
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from transformers import PreTrainedTokenizerFast
 
 from llamarl.agents.tool_formats import PYTHON_TAG, parse_reply
-from llamarl.engine.tokenizer import build_char_tokenizer
+from tests.chat_families import (
+    FAMILIES,
+    FIND,
+    LATER,
+    TOOLS,
+    Family,
+)
 
-SEARCH = {
-    "type": "function",
-    "function": {
-        "name": "search",
-        "description": "Search one site.",
-        "parameters": {
-            "type": "object",
-            "properties": {"query": {"type": "string"}, "site": {"type": "string"}},
-            "required": ["query", "site"],
-        },
-    },
-}
-ADD_DAYS = {
-    "type": "function",
-    "function": {
-        "name": "add_days",
-        "description": "The date so many days from today.",
-        "parameters": {"type": "object", "properties": {"days": {"type": "integer"}}, "required": ["days"]},
-    },
-}
-TOOLS = [SEARCH, ADD_DAYS]
-FIND = ("search", {"query": "llamas", "site": "wiki"})
-LATER = ("add_days", {"days": 3})
-
-HERMES_CHAT_TEMPLATE = r"""
-{%- if tools %}
-{{- "<|im_start|>system\nYou may call functions, whose signatures are in <tools></tools>:\n<tools>" }}
-{%- for tool in tools %}{{ "\n" + tool | tojson }}{% endfor %}
-{{- '\n</tools>\nCall one as <tool_call>\n{"name": <name>, "arguments": <object>}\n</tool_call><|im_end|>\n' }}
-{%- endif %}
-{%- for message in messages %}
-{%- if message.role == "assistant" %}
-{{- "<|im_start|>assistant" }}
-{%- if message.content %}{{ "\n" + message.content }}{% endif %}
-{%- for call in message.tool_calls or [] %}
-{%- set arguments = call.function.arguments %}
-{%- if arguments is not string %}{% set arguments = arguments | tojson %}{% endif %}
-{{- '\n<tool_call>\n{"name": "' + call.function.name + '", "arguments": ' + arguments + '}\n</tool_call>' }}
-{%- endfor %}
-{{- "<|im_end|>\n" }}
-{%- elif message.role == "tool" %}
-{%- if loop.first or messages[loop.index0 - 1].role != "tool" %}{{ "<|im_start|>user" }}{% endif %}
-{{- "\n<tool_response>\n" + message.content + "\n</tool_response>" }}
-{%- if loop.last or messages[loop.index0 + 1].role != "tool" %}{{ "<|im_end|>\n" }}{% endif %}
-{%- else %}
-{{- "<|im_start|>" + message.role + "\n" + message.content + "<|im_end|>\n" }}
-{%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}{{ "<|im_start|>assistant\n" }}{% endif %}"""
-
-LLAMA3_CHAT_TEMPLATE = r"""
-{{- "<|begin_of_text|>" }}
-{%- for message in messages %}
-{%- if message.role == "user" and tools and loop.first %}
-{{- "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, answer with a JSON " }}
-{{- 'function call, {"name": function name, "parameters": its arguments}.\n\n' }}
-{%- for tool in tools %}{{ tool | tojson + "\n\n" }}{% endfor %}
-{{- message.content + "<|eot_id|>" }}
-{%- elif message.role == "assistant" and message.tool_calls %}
-{{- "<|start_header_id|>assistant<|end_header_id|>\n\n" }}
-{%- for call in message.tool_calls %}
-{%- set arguments = call.function.arguments %}
-{%- if arguments is not string %}{% set arguments = arguments | tojson %}{% endif %}
-{{- '{"name": "' + call.function.name + '", "parameters": ' + arguments + '}' }}
-{%- if not loop.last %}{{ "; " }}{% endif %}
-{%- endfor %}
-{{- "<|eot_id|>" }}
-{%- elif message.role == "tool" %}
-{{- "<|start_header_id|>ipython<|end_header_id|>\n\n" + message.content + "<|eot_id|>" }}
-{%- else %}
-{{- "<|start_header_id|>" + message.role + "<|end_header_id|>\n\n" + message.content + "<|eot_id|>" }}
-{%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}{{ "<|start_header_id|>assistant<|end_header_id|>\n\n" }}{% endif %}"""
-
-MISTRAL_CHAT_TEMPLATE = r"""
-{%- for message in messages %}
-{%- if message.role == "user" %}
-{%- if tools and loop.first %}{{ "[AVAILABLE_TOOLS]" + tools | tojson + "[/AVAILABLE_TOOLS]" }}{% endif %}
-{{- "[INST]" + message.content + "[/INST]" }}
-{%- elif message.role == "assistant" and message.tool_calls %}
-{{- message.content or "" }}[TOOL_CALLS][
-{%- for call in message.tool_calls %}
-{%- set arguments = call.function.arguments %}
-{%- if arguments is not string %}{% set arguments = arguments | tojson %}{% endif %}
-{{- '{"name": "' + call.function.name + '", "arguments": ' + arguments + ', "id": "' + call.id + '"}' }}
-{%- if not loop.last %}{{ ", " }}{% endif %}
-{%- endfor %}
-{{- "]" + eos_token }}
-{%- elif message.role == "assistant" %}
-{{- message.content + eos_token }}
-{%- elif message.role == "tool" %}
-{{- '[TOOL_RESULTS]{"content": ' + message.content | tojson + ', "call_id": "' + message.tool_call_id + '"}' }}
-{{- "[/TOOL_RESULTS]" }}
-{%- endif %}
-{%- endfor %}"""
-
-
-def family_tokenizer(template: str, markers: list[str]) -> PreTrainedTokenizerFast:
-    tokenizer = build_char_tokenizer(string.printable)
-    tokenizer.add_tokens(markers, special_tokens=True)
-    tokenizer.chat_template = template
-    return tokenizer
-
-
-@dataclass(frozen=True)
-class Family:
-    name: str
-    tokenizer: PreTrainedTokenizerFast
-    call: Callable[[str, Any], str]
-    """One call's JSON text, as the family writes it."""
-    turn: Callable[[list[str]], str]
-    """A turn of calls, from their JSON texts."""
-    casts: bool
-    """Whether a quoted argument is cast by the tool's schema (transformers' parser)."""
-    renders_ids: bool
-    """Whether the family's template writes the call ids."""
-
-    def write(self, *calls: tuple[str, Any]) -> str:
-        return self.turn([self.call(name, arguments) for name, arguments in calls])
-
-
-def _hermes_turn(calls: list[str]) -> str:
-    return "\n".join(f"<tool_call>\n{call}\n</tool_call>" for call in calls)
-
-
-LLAMA3_MARKERS = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", PYTHON_TAG]
-MISTRAL_MARKERS = [
-    "[AVAILABLE_TOOLS]",
-    "[/AVAILABLE_TOOLS]",
-    "[INST]",
-    "[/INST]",
-    "[TOOL_CALLS]",
-    "[TOOL_RESULTS]",
-    "[/TOOL_RESULTS]",
-]
-
-FAMILIES = {
-    "hermes": Family(
-        "hermes",
-        family_tokenizer(HERMES_CHAT_TEMPLATE, ["<|im_start|>", "<|im_end|>"]),
-        lambda name, arguments: json.dumps({"name": name, "arguments": arguments}),
-        _hermes_turn,
-        casts=True,
-        renders_ids=False,
-    ),
-    "llama3_json": Family(
-        "llama3_json",
-        family_tokenizer(LLAMA3_CHAT_TEMPLATE, LLAMA3_MARKERS),
-        lambda name, arguments: json.dumps({"name": name, "parameters": arguments}),
-        "; ".join,
-        casts=False,
-        renders_ids=False,
-    ),
-    "mistral": Family(
-        "mistral",
-        family_tokenizer(MISTRAL_CHAT_TEMPLATE, MISTRAL_MARKERS),
-        lambda name, arguments: json.dumps({"name": name, "arguments": arguments}),
-        lambda calls: f"[TOOL_CALLS][{', '.join(calls)}]",
-        casts=True,
-        renders_ids=True,
-    ),
-}
 each_family = pytest.mark.parametrize("family", FAMILIES.values(), ids=FAMILIES.keys())
 
 
