@@ -209,3 +209,23 @@ async def tool_calling(row: dict[str, Any], client: Any) -> float:
             result = run_tool(call.function.name, json.loads(call.function.arguments))
             messages.append({"role": "tool", "tool_call_id": call.id, "name": call.function.name, "content": result})
     return 1.0
+
+
+async def three_turns_streamed(row: dict[str, Any], client: Any) -> float:
+    """`three_turns` with every answer streamed (`stream: true`): each reply's message is put
+    together from its chunks, as a streaming client does."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": row["prompt"]}]
+    for _ in range(3):
+        stream = await client.chat.completions.create(
+            model="policy", messages=messages, max_tokens=6, stream=True, stream_options={"include_usage": True}
+        )
+        content, token_ids, usage = "", None, None
+        async for chunk in stream:
+            usage = chunk.usage or usage
+            for choice in chunk.choices:
+                content += choice.delta.content or ""
+                token_ids = (choice.model_extra or {}).get("token_ids", token_ids)
+        SEEN.setdefault(client.api_key, []).append({"token_ids": token_ids, "usage": usage})
+        messages.append({"role": "assistant", "content": content})
+        messages.append({"role": "user", "content": "+1 "})
+    return float(row["a"] % 2)

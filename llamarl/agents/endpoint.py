@@ -1,6 +1,7 @@
 """The OpenAI-compatible HTTP endpoint (FastAPI): `POST /v1/chat/completions`,
 `POST /v1/completions` and `GET /v1/models`, each for a live episode's key only.
 
+A chat request with `stream: true` is answered as server-sent events (`llamarl.agents.streaming`).
 A request is refused here, before it reaches the model, when its key is not a live episode's
 (401: forged, or its episode is over), its episode has `max_concurrent_per_episode` requests in
 flight or all episodes `max_concurrent` (429), its body is over `max_request_bytes` (413), takes
@@ -27,13 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from llamarl.agents.record import AgentEpisode
 from llamarl.agents.responses import error_body
+from llamarl.agents.streaming import chat_events
 from llamarl.agents.wire import ChatRequest, CompletionRequest, problem
 from llamarl.config.endpoint import EndpointConfig
 from llamarl.limits import RejectHook
@@ -119,7 +121,7 @@ class Endpoint:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def serve(self, request: Request, kind: type[BaseModel]) -> JSONResponse:
+    async def serve(self, request: Request, kind: type[BaseModel]) -> Response:
         episode = self.episode_of(request.headers.get("authorization"))
         if episode is None:
             return self.refuse(401, "episode_key", "the API key is no live episode's")
@@ -139,7 +141,7 @@ class Endpoint:
             if not self.in_flight[episode.episode_id]:
                 del self.in_flight[episode.episode_id]
 
-    async def _serve(self, request: Request, kind: type[BaseModel], episode: AgentEpisode) -> JSONResponse:
+    async def _serve(self, request: Request, kind: type[BaseModel], episode: AgentEpisode) -> Response:
         try:
             body = await asyncio.wait_for(self.read(request), self.limits.body_timeout_s)
         except asyncio.TimeoutError:
@@ -166,7 +168,11 @@ class Endpoint:
             return self.refuse(499, "client_gone", "the client left before its answer")
         if answered is None:
             return self.refuse(504, "unanswered", "the episode ended before an answer")
-        return JSONResponse(answered[1], status_code=answered[0])
+        status, answer = answered
+        if status == 200 and isinstance(parsed, ChatRequest) and parsed.stream:
+            usage = bool((parsed.stream_options or {}).get("include_usage"))
+            return StreamingResponse(chat_events(answer, usage), media_type="text/event-stream")
+        return JSONResponse(answer, status_code=status)
 
     def app(self) -> FastAPI:
         """The HTTP app; it keeps this endpoint in `app.state.endpoint`."""
@@ -203,9 +209,9 @@ async def _models(request: Request) -> JSONResponse:
     return JSONResponse({"object": "list", "data": [entry]})
 
 
-async def _chat(request: Request) -> JSONResponse:
+async def _chat(request: Request) -> Response:
     return await _endpoint(request).serve(request, ChatRequest)
 
 
-async def _completions(request: Request) -> JSONResponse:
+async def _completions(request: Request) -> Response:
     return await _endpoint(request).serve(request, CompletionRequest)

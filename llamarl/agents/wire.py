@@ -20,6 +20,7 @@ class _Body(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
     stream: Literal[False] | None = None
+    """Text completions are answered whole; chat completions may stream (ChatRequest)."""
     frequency_penalty: float | None = Field(None, ge=0, le=0)
     presence_penalty: float | None = Field(None, ge=0, le=0)
     # Accepted and ignored: they change nothing here (seeding is the run's).
@@ -67,6 +68,8 @@ class ToolSpec(BaseModel):
 
 class ChatRequest(_Body):
     messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool | None = None  # type: ignore[assignment]
+    """Answered as server-sent events (`llamarl.agents.streaming`)."""
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
     top_logprobs: Literal[0] | None = None

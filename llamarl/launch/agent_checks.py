@@ -1,9 +1,11 @@
 """What a launch checks of an agent run (`environment.kind: agent`) before it starts anything:
-the agent is an async function that imports, a fixed endpoint port is free, and a warm start's
-demonstrations are written well-formed (tried on the first training prompt)."""
+the `agents` extra is installed, the agent is an async function that imports, a fixed endpoint
+port is free, and a warm start's demonstrations are written well-formed (tried on the first
+training prompt)."""
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 
 from llamarl.agents.demonstrations import AgentDemonstrations
@@ -13,11 +15,17 @@ from llamarl.errors import ConfigError
 from llamarl.net import address_family
 from llamarl.tasks import make_prompt_set
 
+AGENT_PACKAGES = ("fastapi", "uvicorn", "openai")
+"""What the endpoint and the agents' client import: the `agents` extra."""
+
 
 def check_agent(config: RunConfig) -> None:
     """ConfigError naming the environment field that is wrong."""
     environment = config.environment
     assert environment.agent is not None
+    missing = [name for name in AGENT_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(f"environment.kind agent: {', '.join(missing)} not installed; pip install 'llamarl[agents]'")
     agent_function(environment.agent)
     endpoint = config.generation.openai
     if endpoint.port:  # a fixed port: free now, or every generator would fail to start

@@ -207,3 +207,25 @@ def test_special_tokens_an_agent_types_into_a_first_request_are_text(
     assert history == spelled("1<eos>1<eos>2=")
     for episode in episodes:  # `<eos>` is the five characters, nowhere the end of a sequence
         assert run.policy.eos_id not in episode.prompt
+
+
+def test_a_streamed_episode_records_what_the_same_episode_unstreamed_does(
+    made: list[AgentRunner], rejected: Counter[str]
+) -> None:
+    """Greedy, the same agent streaming its answers (server-sent events, put together by the
+    `openai` client's stream) and not: the same tokens recorded, the streamed chunks carrying the
+    sampled ids and the usage."""
+    recorded = []
+    for agent in ("three_turns", "three_turns_streamed"):
+        made.append(run := runner(agent, rejected))
+        sampling = Sampling(6, generator=torch.Generator().manual_seed(0), greedy=True)
+        (episode,) = run.run(examples(1), 1, sampling, lambda: 3)
+        assert episode.end == "done" and episode.num_model_turns == 3, (episode.end, episode.error)
+        recorded.append(episode)
+    plain, streamed = recorded
+    assert streamed.prompt == plain.prompt and streamed.tokens == plain.tokens
+    assert streamed.versions == plain.versions and streamed.logprobs == pytest.approx(plain.logprobs)
+    (answers,) = [a for a in user_agents.SEEN.values() if "usage" in a[0]]
+    assert [a["token_ids"] for a in answers] == model_turns(streamed)
+    assert all(a["usage"].completion_tokens == len(a["token_ids"]) for a in answers)
+    assert not rejected
