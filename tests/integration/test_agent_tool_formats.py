@@ -36,7 +36,7 @@ from llamarl.engine.sampling import SampleBatch, left_pad
 from llamarl.rewards import make_verifier
 from llamarl.rewards.scorers import VerifierScorer
 from llamarl.tasks import Example
-from tests import user_agents
+from tests import framework_agents, user_agents
 from tests.chat_families import FAMILIES, FIND, LATER, THINKING_HERMES_CHAT_TEMPLATE, TOOLS, Family, family_tokenizer
 from tests.integration.test_agent_endpoint import model_turns
 
@@ -107,7 +107,7 @@ def made() -> Iterator[list[AgentRunner]]:
 
 
 def play(
-    made: list[AgentRunner], family: Family, turns: list[str]
+    made: list[AgentRunner], family: Family, turns: list[str], agent: str = "tests.user_agents:tool_calling"
 ) -> tuple[AgentRunner, Script, Counter[str], Episode]:
     policy = family_policy(family)
     script = Script(policy, turns)
@@ -116,7 +116,7 @@ def play(
     def count(name: str, amount: float) -> None:
         counted[name] += int(amount)
 
-    config = EnvironmentConfig(kind="agent", agent="tests.user_agents:tool_calling", max_tokens=4000)
+    config = EnvironmentConfig(kind="agent", agent=agent, max_tokens=4000)
     run = AgentRunner(
         policy,
         config,
@@ -226,3 +226,18 @@ def test_a_template_that_drops_reasoning_trains_on_the_reasoning_sampled(made: l
     assert "Search first." not in again, (
         "rendered again, the template drops it: re-rendering would train on other tokens"
     )
+
+
+@pytest.mark.parametrize("framework", ["agents_sdk", "langchain"])
+def test_agent_frameworks_call_the_tools_the_model_called(made: list[AgentRunner], framework: str) -> None:
+    """The OpenAI Agents SDK and LangChain's ChatOpenAI, unchanged, against the endpoint (hermes):
+    every request accepted, the calls the model wrote run by the framework, each later request
+    extending the record (no prefix mismatch), and the trained tokens the sampled ones."""
+    family = FAMILIES["hermes"]
+    turns = [family.write(FIND), family.write(LATER, FIND), ANSWER]
+    run, script, counted, episode = play(made, family, turns, f"tests.framework_agents:{framework}")
+    assert episode.end == "done" and episode.num_model_turns == 3, (episode.end, episode.error, counted)
+    assert not [name for name in counted if name.startswith("refused")], counted
+    assert counted["agent_prefix_mismatches"] == 0 and counted["agent_malformed_tool_calls"] == 0
+    assert [FIND, LATER, FIND] in framework_agents.RAN.values()
+    assert model_turns(episode) == script.rows
