@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from llamarl.bench.corun import CORUN_S, REPLY_S
-from llamarl.bench.turns_probe import FROM_THE_ENVIRONMENT
+from llamarl.bench.turns_probe import resolved_env
 from llamarl.config import RunConfig
 from llamarl.config.run import dump_config, load_config
 
@@ -39,17 +39,12 @@ class EngineProbe:
         self.directory = tempfile.TemporaryDirectory(prefix="llamarl-engine-probe-")
         path = Path(self.directory.name) / "probe.yaml"
         path.write_text(dump_config(config))
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith("LLAMARL__") and key not in FROM_THE_ENVIRONMENT
-        }
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "llamarl.bench.engine_probe", str(path)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            env=env,
+            env=resolved_env(),
         )
 
     def _send(self, message: dict[str, Any]) -> None:

@@ -32,6 +32,16 @@ FROM_THE_ENVIRONMENT = ("LLAMARL_RUN_ID", "LLAMARL_RUN_DIR", "LLAMARL_REDIS_URL"
 config is resolved already, so none of it may apply twice."""
 
 
+def resolved_env() -> dict[str, str]:
+    """This process's environment for a process handed a resolved config: without what the
+    config would read from it again (overrides, FROM_THE_ENVIRONMENT)."""
+    return {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("LLAMARL__") and key not in FROM_THE_ENVIRONMENT
+    }
+
+
 def probe_config(config: RunConfig, directory: Path) -> RunConfig:
     """`config` cut down to the probe's run in `directory`."""
     steps = TURN_STEPS + 2
@@ -57,13 +67,12 @@ def turns_s_per_step(config: RunConfig) -> tuple[float, dict[str, float]]:
         directory = Path(tmp)
         path = directory / "turns.yaml"
         path.write_text(dump_config(probe_config(config, directory)))
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith("LLAMARL__") and key not in FROM_THE_ENVIRONMENT
-        }
         done = subprocess.run(
-            llamarl_command("run", str(path), "--mode", "sync"), capture_output=True, text=True, env=env, check=False
+            llamarl_command("run", str(path), "--mode", "sync"),
+            capture_output=True,
+            text=True,
+            env=resolved_env(),
+            check=False,
         )
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
