@@ -229,3 +229,12 @@ async def three_turns_streamed(row: dict[str, Any], client: Any) -> float:
         messages.append({"role": "assistant", "content": content})
         messages.append({"role": "user", "content": "+1 "})
     return float(row["a"] % 2)
+
+
+async def stalls_after_one_turn(row: dict[str, Any], client: Any) -> None:
+    """One turn, then a mark in the file LLAMARL_TEST_MARK names, then nothing until killed: an
+    agent server lost mid-episode."""
+    messages = [{"role": "user", "content": row["prompt"]}]
+    await client.chat.completions.create(model="policy", messages=messages, max_tokens=3)
+    Path(os.environ["LLAMARL_TEST_MARK"]).write_text(client.api_key)
+    await asyncio.sleep(3600)

@@ -21,8 +21,14 @@ from llamarl.user_code import load_named
 
 Agent = Callable[[dict[str, Any], Any], Any]
 """async (row, client) -> reward or None."""
-Done = Callable[[float | None, str | None], None]
-"""Told the agent's reward (None: none given) or its error."""
+Done = Callable[[float | None, str | None, bool], None]
+"""Told the agent's reward (None: none given) or its error, and whether the agent was lost
+(`AgentLost`)."""
+
+
+class AgentLost(Exception):
+    """The agent's process could not be reached or went away mid-episode (an agent server,
+    `llamarl.agents.remote`): its episode is handed out again, not ended."""
 
 
 def agent_function(spec: str) -> Agent:
@@ -59,6 +65,11 @@ def reward_of(value: Any) -> float | None:
 async def _play(agent: Agent, row: dict[str, Any], base_url: str, key: str, timeout_s: float) -> Any:
     async with client(base_url, key, timeout_s) as own:
         return await asyncio.wait_for(agent(row, own), timeout_s)
+
+
+def play_once(agent: Agent, row: dict[str, Any], base_url: str, key: str, timeout_s: float) -> Any:
+    """Run one episode's agent to its end on an event loop of its own; what it returned."""
+    return asyncio.run(_play(agent, row, base_url, key, timeout_s))
 
 
 class AgentThreads:
@@ -100,11 +111,14 @@ class AgentThreads:
 
         def run() -> None:
             try:
-                value = reward_of(asyncio.run(_play(agent, row, base_url, key, timeout_s)))
-            except BaseException as err:  # the agent's own failure (cancelled too): its end
-                done(None, f"{type(err).__name__}: {err}"[:300])
+                value = reward_of(play_once(agent, row, base_url, key, timeout_s))
+            except AgentLost as err:
+                done(None, f"lost: {err}"[:300], True)
                 return
-            done(value, None)
+            except BaseException as err:  # the agent's own failure (cancelled too): its end
+                done(None, f"{type(err).__name__}: {err}"[:300], False)
+                return
+            done(value, None, False)
 
         with self.lock:
             spare = self.idle > 0

@@ -49,6 +49,8 @@ class AgentEpisode:
     episode_id: str = field(default_factory=lambda: secrets.token_hex(8))
     secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     started: float = field(default_factory=time.monotonic)
+    reissues: int = 0
+    """How often its prompt was handed out before, its agent lost each time."""
     prompt: list[int] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)

@@ -15,15 +15,19 @@ float32's range included (`agent_error`),
 overruns `environment.episode_timeout_s` (`agent_timeout`), asks for more than
 `environment.max_requests` requests (`max_requests`), or asks for a turn once its
 `environment.max_tokens` are spent (`max_tokens`). An ended episode's key is revoked at once;
-its agent is not waited for. Requests that break a rule are answered with a 4xx and counted:
-a second request while one of the same episode waits (429), the chat template refusing the
-messages (400), messages or a prompt that render to no tokens (400, `empty_context`: there is
-nothing to sample from, and the sampler refuses such a context too).
+its agent is not waited for. An agent server (`environment.agent_url`, `llamarl.agents.remote`)
+that loses an episode has it handed out again under a new key (`agent_episodes_reissued`), up to
+`environment.max_reissues` times, then it ends `agent_error`. Requests that break a rule are
+answered with a 4xx and counted: a second request while one of the same episode waits (429),
+the chat template refusing the messages (400), messages or a prompt that render to no tokens
+(400, `empty_context`: there is nothing to sample from, and the sampler refuses such a context
+too).
 """
 
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import InvalidStateError
@@ -35,6 +39,7 @@ from llamarl.agents.endpoint import Endpoint, Waiting
 from llamarl.agents.limits import RequestLimits, positions
 from llamarl.agents.play import Agent, AgentThreads, agent_function, row_of
 from llamarl.agents.record import AgentEpisode, Choice
+from llamarl.agents.remote import remote_agent
 from llamarl.agents.responses import error_body, response_body, sampled_choice
 from llamarl.agents.server import ServerThread
 from llamarl.agents.tool_formats import format_of
@@ -49,15 +54,18 @@ from llamarl.limits import RejectHook
 from llamarl.tasks import Example
 
 Count = Callable[[str, float], None]
+REISSUE_PAUSE_S = 0.5
+"""The pause before a lost episode is handed out again, times how often it was."""
 
 
 @dataclass(frozen=True)
 class Ended:
-    """An agent that returned or raised."""
+    """An agent that returned or raised, or was lost (its episode is handed out again)."""
 
     episode: AgentEpisode
     reward: float | None
     error: str | None
+    lost: bool = False
 
 
 def context_of(episode: AgentEpisode, renderer: TurnRenderer, body: Request, tool_format: str) -> list[int]:
@@ -83,10 +91,13 @@ class AgentRunner:
         on_reject: RejectHook = _ignore,
         count: Count = _ignore,
     ) -> None:
-        assert config.agent is not None
         self.policy = policy
         self.config = config
-        self.agent: Agent = agent_function(config.agent)
+        self.agent: Agent = (
+            agent_function(config.agent)
+            if config.agent
+            else remote_agent(config.agent_url or "", config.episode_timeout_s)
+        )
         self.decode = decode
         self.threads = AgentThreads()
         self.renderer = TurnRenderer(policy)
@@ -124,19 +135,10 @@ class AgentRunner:
         episodes = [AgentEpisode(e) for e in examples for _ in range(num_samples)]
         running = {e.episode_id: e for e in episodes}
         for episode in episodes:
-            self.endpoint.open(episode)
-            done = partial(self._ended, episode)
-            self.threads.start(
-                self.agent,
-                row_of(episode.example),
-                self.server.base_url,
-                episode.key,
-                self.config.episode_timeout_s,
-                done,
-            )
+            self._start(episode)
         waiting: list[Waiting] = []
         while running:
-            self._gather(running, waiting, sampling)
+            self._gather(running, waiting, sampling, episodes)
             self._expire(running, waiting)
             if waiting:
                 if before_turn is not None:
@@ -150,6 +152,18 @@ class AgentRunner:
         for start in range(0, len(played), num_samples):
             self._one_prompt(played[start : start + num_samples])
         return played
+
+    def _start(self, episode: AgentEpisode) -> None:
+        """Open `episode`'s key and start its agent."""
+        self.endpoint.open(episode)
+        self.threads.start(
+            self.agent,
+            row_of(episode.example),
+            self.server.base_url,
+            episode.key,
+            self.config.episode_timeout_s,
+            partial(self._ended, episode),
+        )
 
     def _answer_late(self) -> None:
         """Refuse what reached the inbox after its episode ended (410), and forget the rest."""
@@ -187,10 +201,12 @@ class AgentRunner:
             episode.logprobs = [0.0] * len(own) + episode.logprobs
             episode.versions = [-1] * len(own) + episode.versions
 
-    def _ended(self, episode: AgentEpisode, reward: float | None, error: str | None) -> None:
-        self.inbox.put(Ended(episode, reward, error))
+    def _ended(self, episode: AgentEpisode, reward: float | None, error: str | None, lost: bool) -> None:
+        self.inbox.put(Ended(episode, reward, error, lost))
 
-    def _gather(self, running: dict[str, AgentEpisode], waiting: list[Waiting], sampling: Sampling) -> None:
+    def _gather(
+        self, running: dict[str, AgentEpisode], waiting: list[Waiting], sampling: Sampling, episodes: list[AgentEpisode]
+    ) -> None:
         """Take what arrives until a batch is ready (see the module's doc) or an episode's time
         may be up."""
         heard = time.monotonic()
@@ -206,7 +222,7 @@ class AgentRunner:
                 return
             heard = time.monotonic()
             if isinstance(item, Ended):
-                self._finish(item, running, waiting)
+                self._finish(item, running, waiting, episodes)
             else:
                 self._admit(item, running, waiting, sampling)
 
@@ -225,13 +241,37 @@ class AgentRunner:
             waiting.remove(item)
             self._refuse(item, 410, "episode_over", f"the episode has ended ({reason})")
 
-    def _finish(self, ended: Ended, running: dict[str, AgentEpisode], waiting: list[Waiting]) -> None:
+    def _finish(
+        self, ended: Ended, running: dict[str, AgentEpisode], waiting: list[Waiting], episodes: list[AgentEpisode]
+    ) -> None:
         episode = ended.episode
         if episode.episode_id not in running:  # ended already, by a limit
             return
+        if ended.lost and episode.reissues < self.config.max_reissues:
+            return self._reissue(episode, running, waiting, episodes)
         if ended.error is None:
             episode.reward = ended.reward
         self._end(episode, "done" if ended.error is None else "agent_error", running, waiting, ended.error)
+
+    def _reissue(
+        self,
+        episode: AgentEpisode,
+        running: dict[str, AgentEpisode],
+        waiting: list[Waiting],
+        episodes: list[AgentEpisode],
+    ) -> None:
+        """Hand a lost agent's episode out again: the same prompt under a new key, after a pause
+        that grows with each time; the old key is revoked and its record dropped."""
+        self._end(episode, "agent_lost", running, waiting)
+        fresh = AgentEpisode(episode.example, reissues=episode.reissues + 1)
+        episodes[episodes.index(episode)] = fresh
+        running[fresh.episode_id] = fresh
+        self.count("agent_episodes_reissued", 1)
+        pause = threading.Timer(
+            min(REISSUE_PAUSE_S * fresh.reissues, self.config.episode_timeout_s / 4), self._start, [fresh]
+        )
+        pause.daemon = True
+        pause.start()
 
     def _refuse(self, item: Waiting, status: int, reason: str, message: str) -> None:
         self.on_reject(reason, message)

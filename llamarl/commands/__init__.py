@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from llamarl.commands import (
+    agent,
     bench,
     config_check,
     evaluation,
@@ -27,7 +28,7 @@ from llamarl.commands.base import Command
 from llamarl.config import apply_overrides
 from llamarl.errors import ConfigError, ServiceStartError
 
-COMMANDS = (sft, bench, sim, evaluation, export, plot, monitor, model, keys, config_check)
+COMMANDS = (sft, bench, sim, evaluation, export, plot, monitor, model, keys, agent, config_check)
 """The library's commands, in the order `llamarl --help` lists them after run and worker."""
 
 

@@ -28,6 +28,14 @@ class EnvironmentConfig(_Section):
     """kind agent: your async function as `module:function`, called as `await f(row, client)`
     with the prompt row and an `openai.AsyncOpenAI` client pointed at the episode's endpoint; it
     returns the episode's reward, or None for the reward workers to score its last answer."""
+    agent_url: str | None = Field(None, pattern=r"^https?://[^\s/]+(/\S*)?$", max_length=2048)
+    """kind agent, instead of `agent`: the agent server (`llamarl agent serve`) that plays each
+    episode in a process of its own, on another host or in a container: every process that plays
+    agent episodes hands it the episode (its row, the endpoint's URL and the episode's key), and
+    it answers the reward. Both sides hold the secret in LLAMARL_AGENT_TOKEN."""
+    max_reissues: int = Field(3, ge=0, le=100)
+    """agent_url: times an episode whose agent server was lost (it died, or could not be reached)
+    is handed out again under a new key; one lost more often ends agent_error."""
     demonstration: str | None = Field(None, pattern=USER_FUNCTION)
     """kind agent: `module:function` taking a prompt row and returning a worked episode's
     messages after the prompt (OpenAI form, tool calls included), for trainer.sft_steps."""
@@ -76,10 +84,16 @@ class EnvironmentConfig(_Section):
     def _fields_agree(self) -> EnvironmentConfig:
         if self.kind is None and (self.tools or self.options):
             raise FieldConflict(("tools", "kind"), "tools and options belong to an environment; set kind")
-        if (self.kind == "agent") != (self.agent is not None):
+        if (self.kind == "agent") != (self.agent is not None or self.agent_url is not None):
             raise FieldConflict(
                 ("agent", "kind"),
-                "kind agent runs the function `agent` names, and only it does: set both or neither",
+                "kind agent runs the function `agent` names (or agent_url's server), and only it does: "
+                "set both or neither",
+            )
+        if self.agent is not None and self.agent_url is not None:
+            raise FieldConflict(
+                ("agent", "agent_url"),
+                "an agent runs in the generator (agent) or on an agent server (agent_url); set one",
             )
         if self.kind == "agent" and self.tools:
             raise FieldConflict(("tools", "kind"), "an agent calls its own tools; drop environment.tools")

@@ -1,5 +1,6 @@
 """What a launch checks of an agent run (`environment.kind: agent`) before it starts anything:
-the `agents` extra is installed, the agent is an async function that imports, a fixed endpoint
+the `agents` extra is installed, the agent is an async function that imports (an agent server:
+the secret is set and the endpoint's address is one it can reach), a fixed endpoint
 port is free, and a warm start's demonstrations are written well-formed (tried on the first
 training prompt)."""
 
@@ -10,6 +11,7 @@ import socket
 
 from llamarl.agents.demonstrations import AgentDemonstrations
 from llamarl.agents.play import agent_function
+from llamarl.agents.remote import agent_token
 from llamarl.config import RunConfig
 from llamarl.errors import ConfigError
 from llamarl.net import address_family
@@ -17,17 +19,26 @@ from llamarl.tasks import make_prompt_set
 
 AGENT_PACKAGES = ("fastapi", "uvicorn", "openai")
 """What the endpoint and the agents' client import: the `agents` extra."""
+WILDCARDS = ("0.0.0.0", "::", "")
+"""Addresses a server listens on but no agent can reach it at."""
 
 
 def check_agent(config: RunConfig) -> None:
     """ConfigError naming the environment field that is wrong."""
     environment = config.environment
-    assert environment.agent is not None
     missing = [name for name in AGENT_PACKAGES if importlib.util.find_spec(name) is None]
     if missing:
         raise ConfigError(f"environment.kind agent: {', '.join(missing)} not installed; pip install 'llamarl[agents]'")
-    agent_function(environment.agent)
     endpoint = config.generation.openai
+    if environment.agent is not None:
+        agent_function(environment.agent)
+    else:
+        agent_token()
+        if endpoint.host in WILDCARDS:
+            raise ConfigError(
+                f"generation.openai.host {endpoint.host}: agent servers play at the address the endpoint "
+                "names; set this host's address (per host: LLAMARL__GENERATION__OPENAI__HOST)"
+            )
     if endpoint.port:  # a fixed port: free now, or every generator would fail to start
         with socket.socket(address_family(endpoint.host)) as probe:
             try:
