@@ -38,3 +38,17 @@ def test_without_the_probes_phases_or_with_a_nonsense_one_the_costs_stay_as_meas
     assert scales == {"generate": SCALE_LIMITS[1], "train": 1.0}
     assert scaled.threads[1].decode_s == pytest.approx(0.01 * SCALE_LIMITS[1])
     assert scaled.threads[1].train_s == pytest.approx(0.5)
+
+
+def test_a_scale_below_one_makes_only_the_every_core_lines_cheaper() -> None:
+    """The turns probe ran on every core: a run faster than predicted there says nothing of one
+    thread, whose lines stay as measured; a slower one makes every line dearer."""
+    profiled = costs(decode_s=0.01, train_s=0.5)
+    faster = dataclasses.replace(profiled, turns_phase_s={"generate": 0.05, "train": 0.25})
+    scaled, scales = calibrated(faster, layout(), FIXED, steps=20)
+    assert scales == {"generate": pytest.approx(0.5), "train": pytest.approx(0.5)}
+    assert scaled.threads[2].decode_s == pytest.approx(0.005) and scaled.threads[2].train_s == pytest.approx(0.25)
+    assert scaled.threads[1] == profiled.threads[1]
+    slower = dataclasses.replace(profiled, turns_phase_s={"generate": 0.2, "train": 0.25})
+    scaled, _ = calibrated(slower, layout(), FIXED, steps=20)
+    assert scaled.threads[1].decode_s == pytest.approx(0.02) and scaled.threads[1].train_s == pytest.approx(0.5)
