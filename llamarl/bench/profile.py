@@ -35,9 +35,7 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -50,9 +48,10 @@ import torch
 from llamarl.bench.corun import corun
 from llamarl.bench.engine_probe import EngineProbe
 from llamarl.bench.machine_load import BUSY_CORES, OtherLoad, others_now
-from llamarl.bench.turns_probe import resolved_env, turns_s_per_step
+from llamarl.bench.profile_apart import measure_apart
+from llamarl.bench.turns_probe import turns_s_per_step
 from llamarl.config import RunConfig, parse_config
-from llamarl.config.run import dump_config, load_config, read_tree
+from llamarl.config.run import read_tree
 from llamarl.engine.adapters import with_adapters
 from llamarl.engine.grouped import TrainGroup
 from llamarl.engine.model import Policy, make_policy
@@ -381,28 +380,6 @@ def trusted(cached: dict[str, Any]) -> bool:
     return not cached.get("busy") or os.environ.get("LLAMARL_PROFILE_BUSY") == "accept"
 
 
-def measure_apart(config: RunConfig) -> tuple[Costs, dict[str, Any]]:
-    """`measure` in a process of its own (`python -m llamarl.bench.profile`): one that has run
-    torch on several threads cannot fork its co-run probes (a forked probe deadlocks in the
-    OpenMP runtime it inherits), which a second attempt in this process would."""
-    with tempfile.TemporaryDirectory(prefix="llamarl-profile-") as tmp:
-        path, out = Path(tmp) / "config.yaml", Path(tmp) / "measured.json"
-        path.write_text(dump_config(config))
-        done = subprocess.run(
-            [sys.executable, "-m", "llamarl.bench.profile", str(path), str(out)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=resolved_env(),
-            check=False,
-        )
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise ConfigError(f"profile: measuring in a process of its own failed ({last})")
-        tree = json.loads(out.read_text())
-        return Costs.load(out), tree["extra"]
-
-
 def trusted_measure(config: RunConfig) -> tuple[Costs, dict[str, Any]]:
     """`measure`, again while other processes used more than BUSY_CORES on average (up to
     MEASURE_ATTEMPTS times in all); still busy, a ConfigError. An attempt first watches the
@@ -438,16 +415,3 @@ def trusted_measure(config: RunConfig) -> tuple[Costs, dict[str, Any]]:
 
 def cached_profile(config: RunConfig) -> Path:
     return cache_dir() / "profiles" / f"{cache_key(config)}.json"
-
-
-def main(argv: list[str]) -> int:
-    """`python -m llamarl.bench.profile CONFIG OUT`: `measure` the resolved config CONFIG and
-    write its costs to OUT, with what else it measured under `extra` (`measure_apart`)."""
-    config_path, out = argv
-    costs, extra = measure(load_config(Path(config_path)))
-    costs.save(Path(out), {"extra": extra})
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from llamarl.bench.profile import measure_apart
+from llamarl.bench.profile_apart import measure_apart
 from llamarl.config import parse_config
 from llamarl.launch.cores import usable_cores
 from tests.busy_loops import busy_loops

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -52,23 +53,28 @@ def test_a_profile_that_other_processes_slowed_while_it_measured_is_measured_aga
     """The machine quiet when each attempt looks (`others_now` answers 0 here: under `make test`
     the other pytest worker is on it) but busy while it measures: measured twice, then refused.
     A machine busy before it measures: tests/integration/test_busy_profile.py."""
-    measured = []
+    measured: list[str] = []
 
-    def measure_beside_a_busy_loop(config: RunConfig) -> tuple[Costs, dict[str, Any]]:
-        with busy_loops(2):
-            time.sleep(0.5)
-        measured.append(config)
-        return Costs({}, 0.0, 0.0, 0.0, 0.0, {}, 2), {}
+    def beside_a_busy_loop(where: str) -> Callable[[RunConfig], tuple[Costs, dict[str, Any]]]:
+        def measure(config: RunConfig) -> tuple[Costs, dict[str, Any]]:
+            with busy_loops(2):
+                time.sleep(0.5)
+            measured.append(where)
+            return Costs({}, 0.0, 0.0, 0.0, 0.0, {}, 2), {}
 
-    monkeypatch.setattr(profile, "measure", measure_beside_a_busy_loop)
+        return measure
+
+    monkeypatch.setattr(profile, "measure", beside_a_busy_loop("here"))
+    # The second attempt measures in a process of its own (`measure_apart`).
+    monkeypatch.setattr(profile, "measure_apart", beside_a_busy_loop("apart"))
     monkeypatch.setattr(profile, "others_now", lambda seconds: 0.0)
     monkeypatch.setattr(profile, "RETRY_WAIT_S", 0.0)
     monkeypatch.delenv("LLAMARL_PROFILE_BUSY")
     config = RunConfig()
     with pytest.raises(ConfigError, match="while it measured, 2 times"):
         profile.trusted_measure(config)
-    assert len(measured) == 2
+    assert measured == ["here", "apart"]
     assert capsys.readouterr().err.count("while it measured (attempt") == 2
     monkeypatch.setenv("LLAMARL_PROFILE_BUSY", "accept")
     costs, extra = profile.trusted_measure(config)
-    assert extra["busy"] and extra["others_cores"] > BUSY_CORES and len(measured) == 3
+    assert extra["busy"] and extra["others_cores"] > BUSY_CORES and measured == ["here", "apart", "here"]
