@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from llamarl.agents.chat_forms import for_template
 from llamarl.agents.runner import AgentRunner
@@ -39,6 +39,7 @@ from llamarl.tasks import Example
 from tests import framework_agents, user_agents
 from tests.chat_families import FAMILIES, FIND, LATER, THINKING_HERMES_CHAT_TEMPLATE, TOOLS, Family, family_tokenizer
 from tests.integration.test_agent_endpoint import model_turns
+from tests.tiny_llama import tiny_llama_config
 
 each_family = pytest.mark.parametrize("family", FAMILIES.values(), ids=FAMILIES.keys())
 
@@ -84,17 +85,7 @@ class Script:
 
 def family_policy(family: Family) -> Policy:
     tokenizer = family.tokenizer
-    llama = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=8192,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
+    llama = tiny_llama_config(tokenizer, 8192)
     return Policy(LlamaForCausalLM(llama), tokenizer, chat=True)
 
 

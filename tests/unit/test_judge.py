@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from llamarl.config import JudgeConfig, parse_config
 from llamarl.engine.tokenizer import build_char_tokenizer
@@ -22,6 +22,7 @@ from llamarl.rewards.judge import JudgeScorer, check_judge, grade
 from llamarl.rewards.scorers import VerifierScorer
 from llamarl.rewards.verifiers import exact_int
 from tests.factories import rollout_group
+from tests.tiny_llama import tiny_llama_config
 
 CHARACTERS = "0123456789+-*= " + string.ascii_letters + ".:,()?!'/|<>\n"
 COMPLETIONS = ["46", "47 is my answer", "forty-six, I think"]
@@ -34,18 +35,7 @@ def save_judge(directory: Path, says: str | None = None, chat_template: str | No
     tokenizer = build_char_tokenizer(CHARACTERS)
     if chat_template is not None:
         tokenizer.chat_template = chat_template
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=512,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
-    )
+    config = tiny_llama_config(tokenizer, 512, bos_token_id=None)
     torch.manual_seed(0)
     model = LlamaForCausalLM(config)
     if says is not None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForSequenceClassification
+from transformers import LlamaForSequenceClassification
 
 from llamarl.bus import MemoryHub
 from llamarl.config import parse_config
@@ -22,6 +22,7 @@ from llamarl.store import MemoryStore
 from llamarl.topics import ROLLOUTS, SCORED
 from tests.factories import rollout_group
 from tests.memory_runtime import memory_runtime
+from tests.tiny_llama import tiny_llama_config
 
 COMPLETIONS = ["46", "47 is my answer", "forty-six, I think"]
 
@@ -30,17 +31,7 @@ def save_reward_model(directory: Path, num_labels: int = 1, chat_template: str |
     tokenizer = build_char_tokenizer()
     if chat_template is not None:
         tokenizer.chat_template = chat_template
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=128,
-        num_labels=num_labels,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    config = tiny_llama_config(tokenizer, 128, num_labels=num_labels)
     torch.manual_seed(0)
     LlamaForSequenceClassification(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
