@@ -62,17 +62,19 @@ async def agent(row: dict[str, Any], client: Any) -> float | None:
     return None
 
 
-def demonstration(row: dict[str, Any]) -> list[dict[str, Any]]:
-    """A worked episode for the warm start: call the calculator, then answer with its result."""
+def demonstration(row: dict[str, Any]) -> dict[str, Any]:
+    """A worked episode for the warm start, with the tool offered (as in OpenAI's fine-tuning
+    files): call the calculator, then answer with its result."""
     expression = row["prompt"].rstrip("=")
     call = {
         "id": "call_0",
         "type": "function",
         "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})},
     }
-    return [
+    messages = [
         {"role": "user", "content": row["prompt"]},
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "call_0", "content": calculate(expression)},
         {"role": "assistant", "content": row["answer"]},
     ]
+    return {"messages": messages, "tools": [CALCULATOR]}

@@ -238,3 +238,28 @@ async def stalls_after_one_turn(row: dict[str, Any], client: Any) -> None:
     await client.chat.completions.create(model="policy", messages=messages, max_tokens=3)
     Path(os.environ["LLAMARL_TEST_MARK"]).write_text(client.api_key)
     await asyncio.sleep(3600)
+
+
+def tool_calling_demonstration(row: dict[str, Any]) -> dict[str, Any]:
+    """The episode `tool_calling` plays, as a warm start's demonstration with its tools: a call,
+    two calls in one turn, then the answer (call ids of nine characters, as mistral's template
+    takes them)."""
+    from tests.chat_families import FIND, LATER, TOOLS
+
+    def call(number: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        function = {"name": name, "arguments": json.dumps(arguments)}
+        return {"id": f"call0000{number}", "type": "function", "function": function}
+
+    def result(number: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return {"role": "tool", "tool_call_id": f"call0000{number}", "name": name, "content": run_tool(name, arguments)}
+
+    messages = [
+        {"role": "user", "content": row["prompt"]},
+        {"role": "assistant", "content": None, "tool_calls": [call(1, *FIND)]},
+        result(1, *FIND),
+        {"role": "assistant", "content": None, "tool_calls": [call(2, *LATER), call(3, *FIND)]},
+        result(2, *LATER),
+        result(3, *FIND),
+        {"role": "assistant", "content": row["answer"]},
+    ]
+    return {"messages": messages, "tools": TOOLS}

@@ -80,7 +80,9 @@ class ChatRequest(_Body):
         return self.max_completion_tokens or self.max_tokens
 
     def offered_tools(self) -> list[dict[str, Any]]:
-        return [] if self.tool_choice == "none" else [t.model_dump() for t in self.tools or []]
+        """The tools as the client sent them (no field it left out added as null: the chat
+        template writes them into the prompt, and a warm start renders them as given)."""
+        return [] if self.tool_choice == "none" else [t.model_dump(exclude_unset=True) for t in self.tools or []]
 
 
 class CompletionRequest(_Body):

@@ -50,13 +50,13 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def evaluate_model(config: RunConfig, source: Path) -> dict[str, Any]:
     """The evaluation of the model at `source` (see the module docstring) under `config`."""
-    from llamarl.engine.model import place
+    from llamarl.engine.model import place, use_chat_template
     from llamarl.roles.build import held_out_evaluation
     from llamarl.training.eval_sets import set_metrics
 
     started = time.monotonic()
     policy, used = _load(source)
-    policy.chat = config.model.chat_template
+    use_chat_template(policy, config.model)
     place(policy, config.trainer.device, config.trainer.dtype)
     evaluation = held_out_evaluation(config, policy)()
     return {

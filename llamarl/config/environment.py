@@ -38,7 +38,8 @@ class EnvironmentConfig(_Section):
     is handed out again under a new key; one lost more often ends agent_error."""
     demonstration: str | None = Field(None, pattern=USER_FUNCTION)
     """kind agent: `module:function` taking a prompt row and returning a worked episode's
-    messages after the prompt (OpenAI form, tool calls included), for trainer.sft_steps."""
+    messages, prompt first (OpenAI form, tool calls included), or `{"messages": [...], "tools":
+    [...]}` to hand the chat template the tools offered, for trainer.sft_steps."""
     max_requests: int = Field(16, ge=1, le=100_000)
     """kind agent: requests an episode may make; the one past it ends the episode
     (reason max_requests)."""

@@ -81,9 +81,11 @@ class ModelConfig(_Section):
     """Local Hugging Face causal-LM directory, or a hub id (`HuggingFaceTB/SmolLM2-135M-Instruct`)
     already in the local Hugging Face cache (HF_HUB_CACHE; nothing is downloaded); null builds a
     tiny Llama from the fields below."""
-    chat_template: bool = False
-    """Wrap every prompt in the tokenizer's chat template (instruct models); an error when the
-    tokenizer has none."""
+    chat_template: bool | str = False
+    """Wrap every prompt in a chat template (instruct models): true, the tokenizer's own (an
+    error when it has none); a path, the Jinja template in that file instead (for example
+    configs/templates/chatml_hermes.jinja, ChatML with Hermes tool calls, for a model whose own
+    template knows no tools); saved checkpoints and exports carry it."""
     hidden_size: int = Field(128, ge=8, le=16384)
     """Hidden width of the built model."""
     num_layers: int = Field(4, ge=1, le=128)

@@ -186,6 +186,33 @@ def check_model_path(config: ModelConfig) -> None:
     local cache."""
     if config.path:
         model_directory(config.path)
+    chat_template_file(config)
+
+
+def chat_template_file(config: ModelConfig) -> str | None:
+    """The template `model.chat_template` names by its file's path, or None for true/false; a
+    ConfigError when the file cannot be read."""
+    if not isinstance(config.chat_template, str):
+        return None
+    try:
+        return Path(config.chat_template).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
+        raise ConfigError(
+            f"model.chat_template {config.chat_template}: cannot read the template file "
+            f"({reason}); give a Jinja chat template's path, or true for the tokenizer's own"
+        ) from None
+
+
+def use_chat_template(policy: Policy, config: ModelConfig) -> None:
+    """Prompts through the chat template `model.chat_template` sets (its file replaces the
+    tokenizer's), or none when it is false."""
+    template = chat_template_file(config)
+    if template is not None:
+        policy.tokenizer.chat_template = template
+    if config.chat_template and not policy.tokenizer.chat_template:
+        raise ConfigError(f"model.chat_template: the tokenizer of {config.path} has none")
+    policy.chat = bool(config.chat_template)
 
 
 def make_policy(config: ModelConfig, seed: int) -> Policy:
@@ -193,10 +220,7 @@ def make_policy(config: ModelConfig, seed: int) -> Policy:
         policy = load_policy(model_directory(config.path))
     else:
         policy = build_policy(config, seed)
-    if config.chat_template:
-        if not policy.tokenizer.chat_template:
-            raise ConfigError(f"model.chat_template: the tokenizer of {config.path} has none")
-        policy.chat = True
+    use_chat_template(policy, config)
     return policy
 
 

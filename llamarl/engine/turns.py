@@ -68,6 +68,20 @@ class TurnRenderer:
         encoded = self.tokenizer(escape_control(text), split_special_tokens=True)
         return list(encoded.input_ids)
 
+    def turn_text(self, history: Sequence[Mapping[str, Any]], message: Mapping[str, Any], tools: Tools = None) -> str:
+        """The text of the assistant turn `message` as the model writes it after `history`:
+        its content, or with a chat template whatever the template writes between the
+        assistant's cue and the end of the turn (its tool calls in the family's markup)."""
+        if not self.policy.chat or not message.get("tool_calls"):
+            return str(message["content"] or "")
+        cue = self._render(history, True, tools)
+        whole = self._render([*history, message], False, tools)
+        eos = str(self.tokenizer.eos_token)
+        end = whole.find(eos, len(cue))
+        if not whole.startswith(cue) or end < 0:
+            raise ValueError("the chat template does not write an assistant turn after its cue, ending in EOS")
+        return whole[len(cue) : end]
+
     def _forges(self, text: str) -> bool:
         """Whether `text` holds what would not stay text if tokenized whole: a special token's
         text or a control character."""

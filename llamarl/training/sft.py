@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from llamarl.config import RunConfig
+from llamarl.config import EnvironmentConfig, RunConfig
 from llamarl.engine.model import Policy, make_policy, place
 from llamarl.engine.turns import TurnRenderer
 from llamarl.envs.base import Message
@@ -51,7 +51,8 @@ def episode_demonstration(policy: Policy, new_env: Callable[[], Any], kind: str)
     def tokens(example: Example) -> tuple[list[int], list[int]]:
         env: Any = new_env()
         history: list[Message] = env.start(example)
-        ids = renderer.prompt(history)
+        tools = env.tools(example) if callable(getattr(env, "tools", None)) else None
+        ids = renderer.prompt(history, tools)
         labels = [-100] * len(ids)
         before_turn: list[Message] = []  # the conversation before the last model turn
         pending: list[Message] = []  # the environment's since: one reply, as at run time
@@ -60,11 +61,11 @@ def episode_demonstration(policy: Policy, new_env: Callable[[], Any], kind: str)
                 pending.append(message)
                 continue
             if pending:
-                reply = renderer.reply(before_turn, True, pending)
+                reply = renderer.reply(before_turn, True, pending, tools)
                 ids, labels = ids + reply, labels + [-100] * len(reply)
                 history, pending = history + pending, []
             before_turn = list(history)
-            turn = renderer.ids(message["content"]) + [policy.eos_id]
+            turn = renderer.ids(renderer.turn_text(history, message, tools)) + [policy.eos_id]
             ids, labels = ids + turn, labels + turn
             history = history + [message]
         return ids, labels
@@ -72,12 +73,15 @@ def episode_demonstration(policy: Policy, new_env: Callable[[], Any], kind: str)
     return tokens
 
 
-def agent_demonstration(policy: Policy, spec: str | None) -> Demonstration:
-    """The worked episodes `environment.demonstration` writes, for an agent's warm start."""
-    assert spec is not None  # the launch refuses an agent's warm start without one
+def agent_demonstration(policy: Policy, environment: EnvironmentConfig) -> Demonstration:
+    """The worked episodes `environment.demonstration` writes, for an agent's warm start, in
+    the tool format its endpoint reads."""
+    assert environment.demonstration is not None  # the launch refuses an agent's warm start without one
     from llamarl.agents.demonstrations import AgentDemonstrations
+    from llamarl.agents.tool_formats import format_of
 
-    demonstrations = AgentDemonstrations(spec)
+    tool_format = format_of(environment.tool_format, policy.tokenizer, policy.chat)
+    demonstrations = AgentDemonstrations(environment.demonstration, tool_format)
     return episode_demonstration(policy, lambda: demonstrations, "agent")
 
 
@@ -137,7 +141,7 @@ def starting_policy(config: RunConfig, prompt_set: PromptSet, listener: Listener
         demonstrate = None
         environment = config.environment
         if environment.kind == "agent":
-            demonstrate = agent_demonstration(policy, environment.demonstration)
+            demonstrate = agent_demonstration(policy, environment)
         elif environment.kind is not None:
             factory = EnvFactory(environment, make_verifier(config.task.verifier))
             demonstrate = episode_demonstration(policy, factory.new, environment.kind)

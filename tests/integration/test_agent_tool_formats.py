@@ -36,6 +36,7 @@ from llamarl.engine.sampling import SampleBatch, left_pad
 from llamarl.rewards import make_verifier
 from llamarl.rewards.scorers import VerifierScorer
 from llamarl.tasks import Example
+from llamarl.training.sft import agent_demonstration
 from tests import framework_agents, user_agents
 from tests.chat_families import FAMILIES, FIND, LATER, THINKING_HERMES_CHAT_TEMPLATE, TOOLS, Family, family_tokenizer
 from tests.integration.test_agent_endpoint import model_turns
@@ -44,6 +45,7 @@ from tests.tiny_llama import tiny_llama_config
 each_family = pytest.mark.parametrize("family", FAMILIES.values(), ids=FAMILIES.keys())
 
 ANSWER = "Both are done."
+EXAMPLE = Example(0, "Find llamas on the wiki, and the date in 3 days.", "1", row={"a": 0})
 
 
 class Script:
@@ -118,9 +120,8 @@ def play(
         count=count,
     )
     made.append(run)
-    example = Example(0, "Find llamas on the wiki, and the date in 3 days.", "1", row={"a": 0})
     sampling = Sampling(200, generator=torch.Generator().manual_seed(0))
-    (episode,) = run.run([example], 1, sampling, lambda: 5)
+    (episode,) = run.run([EXAMPLE], 1, sampling, lambda: 5)
     return run, script, counted, episode
 
 
@@ -179,6 +180,50 @@ def test_a_three_turn_agent_calls_tools_in_its_familys_format(made: list[AgentRu
     whole = decode(episode.prompt + episode.tokens, skip_special_tokens=False)
     assert "add_days" in decode(episode.prompt, skip_special_tokens=False), "the tools reached the template"
     assert whole.endswith(ANSWER + family.tokenizer.eos_token)
+
+
+def _trained_runs(ids: list[int], labels: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for index, (token, label) in enumerate(zip(ids, labels, strict=True)):
+        if label != -100:
+            if not index or labels[index - 1] == -100:
+                runs.append([])
+            runs[-1].append(token)
+    return runs
+
+
+@each_family
+def test_a_warm_start_trains_on_the_tokens_a_run_records(made: list[AgentRunner], family: Family) -> None:
+    """The warm start on an agent's demonstrations (`{"messages", "tools"}`) is rendered as the
+    endpoint renders the episode: when the model writes the demonstration's turns, the run
+    records the same tokens (the prompt with the tools, the calls, the results as the template
+    writes them), with the loss on the same ones."""
+    policy = family_policy(family)
+    demo = "tests.user_agents:tool_calling_demonstration"
+    config = EnvironmentConfig(kind="agent", agent="tests.user_agents:tool_calling", demonstration=demo)
+    ids, labels = agent_demonstration(policy, config)(EXAMPLE)
+    decode = family.tokenizer.decode
+    turns = [decode(run[:-1], skip_special_tokens=False) for run in _trained_runs(ids, labels)]
+    assert "add_days" in turns[1] and "search" in turns[1], "the second turn holds both calls"
+
+    run, script, counted, episode = play(made, family, turns)
+    assert episode.end == "done" and episode.num_model_turns == 3, (episode.end, episode.error, counted)
+    assert not counted.get("agent_malformed_tool_calls")
+    recorded = episode.prompt + episode.tokens
+    sampled = zip(episode.tokens, episode.versions, strict=True)
+    trained = [-100] * len(episode.prompt) + [-100 if version < 0 else token for token, version in sampled]
+    if not family.renders_ids:
+        assert recorded == ids and trained == labels
+        return
+    # mistral's template writes each call's id, which the endpoint draws afresh: the same
+    # tokens but for the ids.
+    (answers,) = [a for a in user_agents.SEEN.values() if a[0]["token_ids"] == script.rows[0]]
+    fresh = [c["id"] for a in answers[:2] for c in a["message"]["tool_calls"]]
+    text = decode(recorded, skip_special_tokens=False)
+    for number, drawn in enumerate(fresh, 1):
+        text = text.replace(drawn, f"call0000{number}")
+    assert text == decode(ids, skip_special_tokens=False)
+    assert [label == -100 for label in trained] == [label == -100 for label in labels]
 
 
 @each_family
