@@ -47,6 +47,7 @@ TABLES: dict[str, tuple[Path, Callable[[], list[str]]]] = {
     "own-model async-vs-sync table": (DOCS / "own-model.md", async_sync.own_model),
     "paper table": (DOCS / "simulator.md", paper.scales),
     "calculator table": (DOCS / "environments.md", async_sync.calculator_demos),
+    "SmolLM2 calculator agent table": (DOCS / "environments.md", async_sync.smollm2_calculator_agent),
     "weight-sync table": (DOCS / "scaling-out.md", transports.weight_sync_across_hosts),
 }
 """Each generated table: its name in the markers, its page, what makes it."""

@@ -1,6 +1,7 @@
 """The tables of `llamarl bench async-vs-sync` results: the demo's (docs/benchmarks.md), the
-calculator environment against the calculator agent (docs/environments.md), SmolLM2 with vLLM
-generators (docs/engines.md) and the worked example of docs/own-model.md."""
+calculator environment against the calculator agent and the calculator agent on SmolLM2
+(docs/environments.md), SmolLM2 with vLLM generators (docs/engines.md) and the worked example of
+docs/own-model.md."""
 
 from __future__ import annotations
 
@@ -56,10 +57,14 @@ def _summary(result: dict[str, Any]) -> str:
     return text + "." + _above(result)
 
 
+def _pairs(count: int) -> str:
+    return "1 pair" if count == 1 else f"{count} interleaved pairs"
+
+
 def async_vs_sync(result: dict[str, Any], accuracy: bool = True) -> list[str]:
     """The table of one async-vs-sync result: its step times, the roles' times and the speed-ups."""
     lines = [
-        f"| {len(result['pairs'])} interleaved pairs, median (min-max) | sync | async |",
+        f"| {_pairs(len(result['pairs']))}, median (min-max) | sync | async |",
         "|---|---|---|",
         f"| run s/step (evaluations included) | {_both(result, 'run_s_per_step')} |",
         f"| RL s/step (steps no evaluation slowed) | {_both(result, 's_per_step')} |",
@@ -129,3 +134,23 @@ def calculator_demos() -> list[str]:
             f"{rounded(result['rl_efficiency'])}.{_above(result)}"
         )
     return lines
+
+
+def smollm2_calculator_agent() -> list[str]:
+    """docs/environments.md: the calculator agent on SmolLM2 in the Hermes format (it measures
+    learning: held-out accuracy after the warm start and after RL, and the time to the target)."""
+    result = load("async_vs_sync_smollm2_calculator_agent.json")
+    target = result["target_accuracy"]
+
+    def reached(mode: str) -> str:
+        return ", ".join(
+            "not reached" if p[mode]["s_to_target"] is None else f"{p[mode]['s_to_target']:.0f} s"
+            for p in result["pairs"]
+        )
+
+    return [
+        *async_vs_sync(result)[:-2],
+        f"| wall time to held-out accuracy {target} | {reached('sync')} | {reached('async')} |",
+        "",
+        _summary(result),
+    ]

@@ -87,3 +87,29 @@ def test_a_directory_that_is_no_model_keeps_its_line(hub_cache: Path, tmp_path: 
             f"model.path {path}: not a local model directory (no config.json); import one with "
             "`llamarl model import` or set model.path: null to build a model"
         )
+
+
+def test_a_chat_template_file_replaces_the_tokenizers_own_and_saved_models_carry_it(tmp_path: Path) -> None:
+    save_policy(build_policy(TINY, seed=3), tmp_path / "model")
+    template = tmp_path / "chat.jinja"
+    template.write_text(  # the built model's characters only: digits and +-*= and space
+        "{% for m in messages %}-{{ m.content }}{% endfor %}{% if add_generation_prompt %} ={% endif %}"
+    )
+    config = ModelConfig(path=str(tmp_path / "model"), chat_template=str(template))
+    check_model_path(config)
+    policy = make_policy(config, seed=0)
+    assert policy.chat
+    assert policy.tokenizer.decode(policy.encode_prompt("1+2=")) == "-1+2= ="
+    save_policy(policy, tmp_path / "saved")
+    assert make_policy(ModelConfig(path=str(tmp_path / "saved"), chat_template=True), seed=0).encode_prompt(
+        "1+2="
+    ) == policy.encode_prompt("1+2=")
+
+
+def test_a_chat_template_file_that_cannot_be_read_is_one_line_naming_the_field(tmp_path: Path) -> None:
+    save_policy(build_policy(TINY, seed=3), tmp_path / "model")
+    config = ModelConfig(path=str(tmp_path / "model"), chat_template=str(tmp_path / "missing.jinja"))
+    with pytest.raises(ConfigError) as refused:
+        check_model_path(config)
+    message = str(refused.value)
+    assert message.startswith(f"model.chat_template {tmp_path / 'missing.jinja'}: cannot read") and "\n" not in message
