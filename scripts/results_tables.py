@@ -35,6 +35,8 @@ TABLES: dict[str, tuple[Path, Callable[[], list[str]]]] = {
     "grid verdicts after the split floor": (DOCS / "benchmarks.md", partial(grid.verdicts, "grid_split_floor.json")),
     "grid table with the arms alternated": (DOCS / "benchmarks.md", partial(grid.table, "grid_alternated.json")),
     "grid verdicts with the arms alternated": (DOCS / "benchmarks.md", partial(grid.verdicts, "grid_alternated.json")),
+    "grid table after the calibration fix": (DOCS / "benchmarks.md", partial(grid.table, "grid_calibrated.json")),
+    "grid verdicts after the calibration fix": (DOCS / "benchmarks.md", partial(grid.verdicts, "grid_calibrated.json")),
     "local weight-sync table": (DOCS / "benchmarks.md", transports.weight_sync_local),
     "bus table": (DOCS / "benchmarks.md", transports.bus),
     "sandbox table": (DOCS / "benchmarks.md", costs.sandbox),
