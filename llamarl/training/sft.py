@@ -2,7 +2,9 @@
 
 Sequences are prompt + answer + EOS, right-padded; the loss covers only answer and EOS tokens.
 With an environment they are its worked episodes (`demonstration()`, e.g. the calculator's call,
-its result, the answer): the model's turns in the loss, the environment's replies not.
+its result, the answer): the model's turns in the loss, the environment's replies not. An agent's
+demonstrations in a model family's tool format are rendered by its chat template, tools included
+(a turn's calls as the template writes them), exactly as the endpoint will record them.
 SFT draws its examples from negative indices of the prompt set, a stream apart from RL's.
 """
 
@@ -65,7 +67,13 @@ def episode_demonstration(policy: Policy, new_env: Callable[[], Any], kind: str)
                 ids, labels = ids + reply, labels + [-100] * len(reply)
                 history, pending = history + pending, []
             before_turn = list(history)
-            turn = renderer.ids(renderer.turn_text(history, message, tools)) + [policy.eos_id]
+            try:
+                text = renderer.turn_text(history, message, tools)
+            except ValueError as err:  # the model's chat template, not the run, is at fault
+                raise ConfigError(
+                    f"environment.kind {kind}: a demonstrated turn: {err}; check model.chat_template"
+                ) from None
+            turn = renderer.ids(text) + [policy.eos_id]
             ids, labels = ids + turn, labels + turn
             history = history + [message]
         return ids, labels

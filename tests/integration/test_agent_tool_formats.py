@@ -33,6 +33,7 @@ from llamarl.engine.episodes import Episode, Sampling
 from llamarl.engine.model import Policy
 from llamarl.engine.rollouts import pack_episodes, score_group, train_group
 from llamarl.engine.sampling import SampleBatch, left_pad
+from llamarl.errors import ConfigError
 from llamarl.rewards import make_verifier
 from llamarl.rewards.scorers import VerifierScorer
 from llamarl.tasks import Example
@@ -277,3 +278,20 @@ def test_agent_frameworks_call_the_tools_the_model_called(made: list[AgentRunner
     assert counted["agent_prefix_mismatches"] == 0 and counted["agent_malformed_tool_calls"] == 0
     assert [FIND, LATER, FIND] in framework_agents.RAN.values()
     assert model_turns(episode) == script.rows
+
+
+def test_a_template_that_ends_no_assistant_turn_is_one_config_line_at_the_warm_start() -> None:
+    """A demonstrated turn is what the template writes up to the end of the turn (EOS); a
+    template that writes no end there is the model's configuration, named in one line."""
+    from tests.chat_families import HERMES_CHAT_TEMPLATE
+
+    endless = HERMES_CHAT_TEMPLATE.replace('{{- "<|im_end|>\\n" }}', "")
+    assert endless != HERMES_CHAT_TEMPLATE
+    family = replace(
+        FAMILIES["hermes"], tokenizer=family_tokenizer(endless, ["<|im_start|>", "<|im_end|>"], "<|im_end|>")
+    )
+    demo = "tests.user_agents:tool_calling_demonstration"
+    config = EnvironmentConfig(kind="agent", agent="tests.user_agents:tool_calling", demonstration=demo)
+    with pytest.raises(ConfigError) as refused:
+        agent_demonstration(family_policy(family), config)(EXAMPLE)
+    assert "model.chat_template" in str(refused.value) and "\n" not in str(refused.value)
