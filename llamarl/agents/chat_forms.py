@@ -50,3 +50,9 @@ def for_template(message: Mapping[str, Any]) -> dict[str, Any]:
 def model_reads(message: Mapping[str, Any], tool_format: str) -> dict[str, Any]:
     """`message` as the model reads it in `tool_format`."""
     return dict(as_text(message)) if tool_format == "llamarl" else for_template(message)
+
+
+def template_tools(tools: list[dict[str, Any]] | None, tool_format: str) -> list[dict[str, Any]] | None:
+    """The tools handed to the chat template in `tool_format`: a family's template is given
+    those offered; llamarl's format writes calls into the text and shows none (None: none)."""
+    return (tools or None) if tool_format != "llamarl" else None

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from llamarl.agents.chat_forms import model_reads
+from llamarl.agents.chat_forms import model_reads, template_tools
 from llamarl.agents.play import row_of
 from llamarl.errors import ConfigError
 from llamarl.tasks import Example
@@ -72,8 +72,7 @@ class AgentDemonstrations:
                 f"environment.demonstration {self.spec}: a demonstration is the prompt's "
                 "messages, then at least one assistant message"
             )
-        offered = (tools or None) if self.tool_format != "llamarl" else None
-        split: Demonstrated = (texts[:first], texts[first:], offered)
+        split: Demonstrated = (texts[:first], texts[first:], template_tools(tools, self.tool_format))
         self.last = (example.index, split)
         return split
 

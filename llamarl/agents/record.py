@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llamarl.agents.chat_forms import model_reads
+from llamarl.agents.chat_forms import model_reads, template_tools
 from llamarl.agents.messages import Normal, normal
 from llamarl.engine.episodes import Episode
 from llamarl.engine.turns import TurnRenderer
@@ -143,7 +143,7 @@ class AgentEpisode:
         the chain."""
         seen = [normal(m) for m in messages]
         texts = [model_reads(m, tool_format) for m in messages]
-        offered = (tools or None) if tool_format != "llamarl" else None
+        offered = template_tools(tools, tool_format)
         known = self.seen if offered == self.tools else None
         self.prompt_text, self.tools = None, offered
         if known is not None and seen[: len(known)] == known:
